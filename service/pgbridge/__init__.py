@@ -1,0 +1,10 @@
+"""pgbridge: PostgreSQL logical replication (pgoutput) to Kafka as Avro.
+
+The package is laid out as the data flow: ``source`` (Postgres I/O) → ``decode`` (pure pgoutput
+parsing) → ``assemble`` (commit-ordered units) → ``encode`` (Avro) → ``publish`` (Kafka I/O) →
+``ack`` (which LSN is safe to confirm). ``pipeline`` wires them together.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

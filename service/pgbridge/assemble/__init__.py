@@ -1,0 +1,1 @@
+"""State machines that turn decoded pgoutput messages into commit-ordered transaction events."""

@@ -1,0 +1,206 @@
+"""Configuration: one pydantic model per section, read from a YAML file and ``PGBRIDGE_`` variables.
+
+Environment variables (prefix ``PGBRIDGE_``, nested with ``__``) override the YAML file given by
+``--config`` or ``PGBRIDGE_CONFIG``. Unknown keys are errors, so a typo never silently falls back to
+a default. Secrets are ``SecretStr`` and never appear in ``repr`` or logs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from pgbridge.errors import ConfigError
+
+# Standby status updates at least this often: well under the server's default wal_sender_timeout
+# (60 s), and often enough that confirmed_flush_lsn trails delivery by seconds, not minutes.
+DEFAULT_STATUS_INTERVAL_S: Final = 5.0
+# Per buffered (streamed or prepared) transaction, bytes held in memory before spilling to disk.
+# 64 MiB keeps peak RSS of a single huge transaction well below a typical 256 MiB container limit.
+DEFAULT_BUFFER_MEMORY_BYTES: Final = 64 * 1024 * 1024
+# Records handed to the producer but not yet acknowledged: the backpressure bound. At ~300 bytes a
+# record this caps the producer queue near 30 MiB while keeping enough in flight for throughput.
+DEFAULT_MAX_IN_FLIGHT: Final = 100_000
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PostgresConfig(_Section):
+    dsn: SecretStr
+    slot: str = "pgbridge"
+    publication: str = "pgbridge"
+    tables: list[str] | None = None
+    proto_version: int | None = Field(default=None, ge=1, le=4)
+    streaming: bool = True
+    two_phase: bool = False
+    binary: bool = False
+    origin: Literal["any", "none"] = "any"
+    status_interval_s: float = Field(default=DEFAULT_STATUS_INTERVAL_S, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _split_tables(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            for item in value:
+                if not isinstance(item, str) or item.count(".") != 1 or not all(item.split(".")):
+                    raise ValueError(f"table {item!r} must be written schema.table")
+        return value
+
+    @field_validator("slot", "publication")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not value or len(value) > 63:
+            raise ValueError("must be 1 to 63 characters")
+        if not all(ch.isalnum() or ch == "_" for ch in value) or value != value.lower():
+            raise ValueError("use lower-case letters, digits and _ only")
+        return value
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str
+    topic_prefix: str = "pgbridge"
+    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    linger_ms: int = Field(default=5, ge=0)
+    delivery_timeout_ms: int = Field(default=120_000, ge=1000)
+    topic_partitions: int = Field(default=1, ge=1)
+    topic_replication_factor: int = Field(default=-1)
+    # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.
+    properties: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+
+class SchemaRegistryConfig(_Section):
+    url: str | None = None
+    basic_auth_user_info: SecretStr | None = None
+
+
+class SnapshotConfig(_Section):
+    mode: Literal["initial", "never"] = "initial"
+    chunk_rows: int = Field(default=10_000, ge=1)
+
+
+class HttpConfig(_Section):
+    port: int = Field(default=8080, ge=0, le=65535)
+    host: str = "0.0.0.0"
+
+
+class BufferConfig(_Section):
+    memory_bytes: int = Field(default=DEFAULT_BUFFER_MEMORY_BYTES, ge=1024)
+    spill_dir: Path = Path("/tmp/pgbridge-spill")
+
+
+class LogConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    json_format: bool = Field(default=False, alias="json")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PGBRIDGE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    postgres: PostgresConfig
+    kafka: KafkaConfig
+    schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
+    snapshot: SnapshotConfig = SnapshotConfig()
+    http: HttpConfig = HttpConfig()
+    buffer: BufferConfig = BufferConfig()
+    log: LogConfig = LogConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment first (wins), then the YAML file passed in as init kwargs.
+        return (env_settings, init_settings)
+
+
+_ENV_KEYS_IGNORED: Final = {"PGBRIDGE_CONFIG"}
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}",
+                          hint="pass an existing YAML file with --config") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}",
+                          hint="fix the YAML syntax") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections",
+                          hint="start the file with keys such as postgres: and kafka:")
+    return data
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "(root)"
+    kind = first["type"]
+    if kind == "missing":
+        env = "PGBRIDGE_" + "__".join(str(part).upper() for part in first["loc"])
+        return f"missing required setting {path} (set {env} or add it to the config file)"
+    if kind == "extra_forbidden":
+        return f"unknown setting {path} (remove it; see the configuration table in README)"
+    return f"invalid setting {path}: {first['msg']}"
+
+
+def load_settings(config_file: str | Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Build the settings from an optional YAML file and the environment; raise ``ConfigError``."""
+    env = dict(os.environ if environ is None else environ)
+    path = config_file or env.get("PGBRIDGE_CONFIG")
+    file_data = _read_yaml(Path(path)) if path else {}
+    unknown_env = sorted(
+        key for key in env
+        if key.upper().startswith("PGBRIDGE_") and key.upper() not in _ENV_KEYS_IGNORED
+        and key.upper().split("__")[0][len("PGBRIDGE_"):].lower() not in Settings.model_fields
+    )
+    if unknown_env:
+        raise ConfigError(f"unknown environment variable {unknown_env[0]}",
+                          hint="remove it; see the configuration table in README")
+    saved = None
+    if environ is not None:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        return Settings(**file_data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    finally:
+        if saved is not None:
+            os.environ.clear()
+            os.environ.update(saved)
