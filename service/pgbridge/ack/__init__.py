@@ -1,0 +1,1 @@
+"""Which LSN is safe to confirm to Postgres, and when to tell it."""

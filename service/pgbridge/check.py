@@ -1,0 +1,141 @@
+"""``pgbridge check``: every prerequisite of ``run``, each failure one line that names the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from confluent_kafka.admin import AdminClient
+
+from pgbridge.config import Settings
+from pgbridge.errors import PgbridgeError
+from pgbridge.publish.producer import admin_config
+from pgbridge.source import slots
+
+# Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
+_TOASTABLE_STORAGE = ("x", "e")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: str  # "error" fails the check; "warning" is reported but passes
+    message: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.severity}: {self.message} — fix: {self.fix}"
+
+
+def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Problem]:
+    pg = settings.postgres
+    problems: list[Problem] = []
+
+    def setting(name: str) -> str:
+        row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+        return str(row[0]) if row else ""
+
+    if setting("wal_level") != "logical":
+        problems.append(Problem("error", f"wal_level is {setting('wal_level')}, not logical",
+                                "ALTER SYSTEM SET wal_level = logical; then restart Postgres"))
+    if int(setting("max_replication_slots") or 0) < 1:
+        problems.append(Problem("error", "max_replication_slots is 0",
+                                "ALTER SYSTEM SET max_replication_slots = 10; then restart Postgres"))
+    if int(setting("max_wal_senders") or 0) < 1:
+        problems.append(Problem("error", "max_wal_senders is 0",
+                                "ALTER SYSTEM SET max_wal_senders = 10; then restart Postgres"))
+    if pg.two_phase and int(setting("max_prepared_transactions") or 0) < 1:
+        problems.append(Problem("warning", "postgres.two_phase is on but max_prepared_transactions is 0",
+                                "nothing to decode until max_prepared_transactions > 0"))
+    role = conn.execute("SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    if role is None or not role[0]:
+        problems.append(Problem("error", "the connecting role lacks the REPLICATION attribute",
+                                "ALTER ROLE <role> WITH REPLICATION;"))
+    if not slots.publication_exists(conn, pg.publication):
+        if pg.tables:
+            for table in pg.tables:
+                schema, name = table.split(".", 1)
+                found = conn.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                                     " WHERE n.nspname = %s AND c.relname = %s", (schema, name)).fetchone()
+                if found is None:
+                    problems.append(Problem("error", f"table {table} in postgres.tables does not exist",
+                                            "create it or remove it from postgres.tables"))
+            tables = [tuple(t.split(".", 1)) for t in pg.tables]
+        else:
+            problems.append(Problem("error", f"publication {pg.publication} does not exist",
+                                    f"CREATE PUBLICATION {pg.publication} FOR TABLE ...; "
+                                    "or set postgres.tables so pgbridge creates it"))
+            tables = []
+    else:
+        tables = list(slots.published_tables(conn, pg.publication))
+        if not tables:
+            problems.append(Problem("warning", f"publication {pg.publication} publishes no tables",
+                                    f"ALTER PUBLICATION {pg.publication} ADD TABLE ...;"))
+    for schema, name in tables:
+        problems.extend(_table_problems(conn, str(schema), str(name)))
+    info = slots.slot_info(conn, pg.slot)
+    database = conn.info.dbname
+    if info is not None:
+        try:
+            slots.validate_slot(info, database=database)
+        except PgbridgeError as exc:
+            problems.append(Problem("error", str(exc), exc.hint or "drop the slot"))
+        if info.active:
+            problems.append(Problem("warning", f"slot {pg.slot} is in use by pid {info.active_pid}",
+                                    "another consumer is streaming; run stops until it exits"))
+    return problems
+
+
+def _table_problems(conn: psycopg.Connection[tuple[object, ...]], schema: str, name: str) -> list[Problem]:
+    row = conn.execute(
+        "SELECT c.oid, c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+        " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (schema, name)).fetchone()
+    if row is None:
+        return []
+    oid, identity, has_pk, has_identity_index = row
+    table = f"{schema}.{name}"
+    problems: list[Problem] = []
+    if identity == "n":
+        problems.append(Problem("error", f"table {table} has REPLICA IDENTITY NOTHING: updates and deletes fail",
+                                f"ALTER TABLE {table} REPLICA IDENTITY FULL; (or DEFAULT with a primary key)"))
+    elif identity == "d" and not has_pk:
+        problems.append(Problem("error", f"table {table} has no primary key and REPLICA IDENTITY DEFAULT: "
+                                "updates and deletes fail",
+                                f"ALTER TABLE {table} ADD PRIMARY KEY (...); or REPLICA IDENTITY FULL"))
+    elif identity == "i" and not has_identity_index:
+        problems.append(Problem("error", f"table {table} has REPLICA IDENTITY USING INDEX but the index is gone",
+                                f"ALTER TABLE {table} REPLICA IDENTITY USING INDEX <unique index>;"))
+    if identity != "f":
+        toastable = conn.execute(
+            "SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute WHERE attrelid = %s AND attnum > 0"
+            " AND NOT attisdropped AND attstorage IN ('x', 'e')", (oid,)).fetchone()
+        if toastable and toastable[0]:
+            problems.append(Problem("warning", f"table {table} has TOASTable columns ({toastable[0]}) and no "
+                                    "REPLICA IDENTITY FULL: unchanged large values are not sent on update",
+                                    f"ALTER TABLE {table} REPLICA IDENTITY FULL; if consumers need them"))
+    return problems
+
+
+def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
+    admin = AdminClient(admin_config(settings.kafka))
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - any failure here means unreachable; report it as such
+        return [Problem("error", f"Kafka at {settings.kafka.bootstrap_servers} is unreachable ({exc})",
+                        "check kafka.bootstrap_servers and that the broker is up")]
+    return []
+
+
+def run_checks(settings: Settings) -> list[Problem]:
+    problems: list[Problem] = []
+    try:
+        conn = slots.connect_sql(settings.postgres.dsn.get_secret_value(),
+                                 connect_timeout_s=settings.postgres.connect_timeout_s)
+    except PgbridgeError as exc:
+        problems.append(Problem("error", str(exc), exc.hint or "check postgres.dsn and that Postgres is up"))
+    else:
+        with conn:
+            problems.extend(check_postgres(conn, settings))
+    problems.extend(check_kafka(settings))
+    return problems

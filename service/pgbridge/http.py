@@ -1,0 +1,48 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` on a small threaded HTTP server."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pgbridge.metrics import Metrics
+from pgbridge.pipeline import Health
+
+
+class _Handler(BaseHTTPRequestHandler):
+    metrics: Metrics
+    health: Health
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain")
+        elif path == "/readyz":
+            ready = self.health.streaming and self.health.kafka_ok
+            self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n", "text/plain")
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence access logs
+        return
+
+
+def serve(host: str, port: int, metrics: Metrics, health: Health) -> ThreadingHTTPServer:
+    handler = type("Handler", (_Handler,), {"metrics": metrics, "health": health})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="pgbridge-http", daemon=True)
+    thread.start()
+    return server

@@ -1,0 +1,87 @@
+"""Every pgbridge metric, defined once on a registry built at start-up and passed around.
+
+Names and label names are constants here so dashboards, alerts and code agree. Nothing is
+registered at import time: tests build as many independent ``Metrics`` as they like.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+EVENTS_TOTAL: Final = "pgbridge_events_total"
+EVENT_BYTES_TOTAL: Final = "pgbridge_event_bytes_total"
+TRANSACTIONS_TOTAL: Final = "pgbridge_transactions_total"
+CONFIRMED_FLUSH_LSN: Final = "pgbridge_confirmed_flush_lsn"
+RECEIVED_LSN: Final = "pgbridge_received_lsn"
+SERVER_WAL_LSN: Final = "pgbridge_server_wal_lsn"
+REPLICATION_LAG_BYTES: Final = "pgbridge_replication_lag_bytes"
+COMMIT_TO_ACK_SECONDS: Final = "pgbridge_commit_to_ack_seconds"
+BUFFERED_BYTES: Final = "pgbridge_buffered_bytes"
+SPILLED_BYTES_TOTAL: Final = "pgbridge_spilled_bytes_total"
+KAFKA_DELIVERY_ERRORS_TOTAL: Final = "pgbridge_kafka_delivery_errors_total"
+KAFKA_QUEUE_DEPTH: Final = "pgbridge_kafka_queue_depth"
+RECONNECTS_TOTAL: Final = "pgbridge_reconnects_total"
+SNAPSHOT_ROWS_TOTAL: Final = "pgbridge_snapshot_rows_total"
+SNAPSHOT_ROWS_ESTIMATE: Final = "pgbridge_snapshot_rows_estimate"
+STREAMING: Final = "pgbridge_streaming"
+
+LABEL_TABLE: Final = "table"
+LABEL_OP: Final = "op"
+LABEL_OUTCOME: Final = "outcome"
+LABEL_TARGET: Final = "target"
+
+OUTCOME_COMMITTED: Final = "committed"
+OUTCOME_ABORTED: Final = "aborted"
+OUTCOME_PREPARED: Final = "prepared"
+OUTCOME_ROLLED_BACK: Final = "rolled_back"
+
+# Commit→ack latency spans sub-millisecond (idle, small transactions) to minutes (broker outage).
+_LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                           10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter(EVENTS_TOTAL, "Change events published, by table and op",
+                              [LABEL_TABLE, LABEL_OP], registry=r)
+        self.event_bytes = Counter(EVENT_BYTES_TOTAL, "Bytes of encoded key+value published, by table",
+                                   [LABEL_TABLE], registry=r)
+        self.transactions = Counter(TRANSACTIONS_TOTAL, "Source transactions by outcome",
+                                    [LABEL_OUTCOME], registry=r)
+        self.confirmed_flush_lsn = Gauge(CONFIRMED_FLUSH_LSN, "LSN last confirmed to Postgres",
+                                         registry=r)
+        self.received_lsn = Gauge(RECEIVED_LSN, "Highest WAL position received from Postgres",
+                                  registry=r)
+        self.server_wal_lsn = Gauge(SERVER_WAL_LSN, "Server WAL end reported by the walsender",
+                                    registry=r)
+        self.replication_lag_bytes = Gauge(REPLICATION_LAG_BYTES,
+                                           "Server WAL end minus confirmed LSN", registry=r)
+        self.commit_to_ack = Histogram(COMMIT_TO_ACK_SECONDS,
+                                       "Seconds from source commit to Kafka acknowledgement of the "
+                                       "whole transaction", buckets=_LATENCY_BUCKETS, registry=r)
+        self.buffered_bytes = Gauge(BUFFERED_BYTES, "Bytes of buffered transactions held in memory",
+                                    registry=r)
+        self.spilled_bytes = Counter(SPILLED_BYTES_TOTAL, "Bytes written to spill files", registry=r)
+        self.delivery_errors = Counter(KAFKA_DELIVERY_ERRORS_TOTAL, "Kafka delivery failures",
+                                       registry=r)
+        self.queue_depth = Gauge(KAFKA_QUEUE_DEPTH, "Records handed to Kafka and not yet acknowledged",
+                                 registry=r)
+        self.reconnects = Counter(RECONNECTS_TOTAL, "Reconnects after a transient failure",
+                                  [LABEL_TARGET], registry=r)
+        self.snapshot_rows = Counter(SNAPSHOT_ROWS_TOTAL, "Rows read by snapshots", [LABEL_TABLE],
+                                     registry=r)
+        self.snapshot_rows_estimate = Gauge(SNAPSHOT_ROWS_ESTIMATE, "Estimated rows to snapshot",
+                                            [LABEL_TABLE], registry=r)
+        self.streaming = Gauge(STREAMING, "1 while streaming with Postgres and Kafka reachable",
+                               registry=r)
+        self._spilled_seen = 0
+
+    def set_spilled_total(self, total: int) -> None:
+        """Advance the spill counter to an absolute total reported by the assembler."""
+        if total > self._spilled_seen:
+            self.spilled_bytes.inc(total - self._spilled_seen)
+            self._spilled_seen = total

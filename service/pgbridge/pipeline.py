@@ -1,0 +1,466 @@
+"""Wiring: source → decode → assemble → encode → publish → ack, plus the reconnect loop.
+
+```
+ Postgres walsender ──CopyData──▶ ReplicationStream.read ──frame──▶ parse_copy_message
+        ▲                                                        │ XLogData      │ keepalive
+        │ standby status (confirmed LSN)                          ▼               ▼
+   FeedbackPolicy ◀── AckTracker.confirmable ◀─┐       PgoutputDecoder   server WAL position
+                                               │              ▼
+                         delivery reports ─────┤     TransactionAssembler ──TxBegin/changes/TxEnd──▶
+                                               │                                   ChangeEncoder
+                                         KafkaPublisher ◀──────────(topic, key, value)─────┘
+```
+This module only connects things and keeps per-transaction counters; every decision of substance
+lives in the stage modules. A ``Session`` is one connected attempt; any ``TransientError`` tears it
+down and ``run_forever`` starts a new one from the slot's confirmed LSN, which is why nothing is
+ever confirmed before Kafka acknowledged it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import psycopg
+
+from pgbridge.ack.feedback import FeedbackPolicy
+from pgbridge.ack.tracker import AckTracker, PublishSlot
+from pgbridge.assemble.transaction import TransactionAssembler
+from pgbridge.assemble.units import (
+    AssembledEvent,
+    MessageChange,
+    RowChange,
+    StandaloneMessage,
+    TruncateChange,
+    TxBegin,
+    TxEnd,
+    TxOrigin,
+)
+from pgbridge.config import Settings
+from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
+from pgbridge.decode.pgoutput import PgoutputDecoder
+from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
+from pgbridge.encode.wire import SingleObjectRegistrar
+from pgbridge.errors import BrokerUnavailable, FatalError, SlotError, SourceUnavailable, TransientError
+from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
+from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
+from pgbridge.publish.producer import KafkaPublisher
+from pgbridge.publish.registry import schema_announcer
+from pgbridge.publish.topics import messages_topic, transactions_topic
+from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
+from pgbridge.source import slots
+from pgbridge.source.connection import ReplicationConnection
+from pgbridge.source.frames import Keepalive, XLogData, parse_copy_message
+from pgbridge.source.stream import ReplicationStream
+
+log = logging.getLogger(__name__)
+
+# How long a graceful stop waits for Kafka to acknowledge what is in flight.
+SHUTDOWN_FLUSH_S: Final = 30.0
+# Housekeeping (delivery callbacks, feedback, failure checks) at least every this many frames.
+HOUSEKEEPING_EVERY: Final = 512
+BACKOFF_INITIAL_S: Final = 0.5
+BACKOFF_MAX_S: Final = 30.0
+
+
+def negotiate_proto_version(server_version: int, override: int | None) -> int:
+    """Highest pgoutput protocol the server speaks: 4 on 16+, 3 on 15, 2 on 14, 1 below."""
+    if override is not None:
+        return override
+    if server_version >= 160000:
+        return 4
+    if server_version >= 150000:
+        return 3
+    if server_version >= 140000:
+        return 2
+    return 1
+
+
+def replication_options(settings: Settings, proto_version: int, server_version: int) -> dict[str, str]:
+    pg = settings.postgres
+    options = {
+        "proto_version": str(proto_version),
+        "publication_names": f'"{pg.publication}"',
+    }
+    if server_version >= 140000:
+        options["messages"] = "true"
+    if pg.streaming and proto_version >= 2:
+        options["streaming"] = "parallel" if proto_version >= 4 else "on"
+    if pg.binary and server_version >= 140000:
+        options["binary"] = "true"
+    if pg.two_phase and proto_version >= 3:
+        options["two_phase"] = "true"
+    if server_version >= 160000:
+        options["origin"] = pg.origin
+    return options
+
+
+@dataclass
+class Health:
+    """What /healthz and /readyz report; written by the pipeline thread, read by HTTP."""
+
+    streaming: bool = False
+    kafka_ok: bool = True
+    last_error: str | None = None
+
+
+@dataclass(slots=True)
+class _OpenTransaction:
+    begin: TxBegin
+    unit: PublishSlot
+    callback: Callable[..., None]
+    ts_us: int
+    origin: str | None = None
+    total_order: int = 0
+    per_table: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Session:
+    """One connected attempt: SQL + replication connections and a producer, streaming until stopped."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.health = health
+        self.stop = stop
+        self.tracker = AckTracker()
+        self.feedback = FeedbackPolicy(settings.postgres.status_interval_s)
+        self.assembler = TransactionAssembler(memory_bytes=settings.buffer.memory_bytes,
+                                              spill_dir=settings.buffer.spill_dir)
+        self.publisher = KafkaPublisher(settings.kafka, self.tracker, metrics, self._completed)
+        self.sql: psycopg.Connection[tuple[object, ...]] | None = None
+        self.repl: ReplicationConnection | None = None
+        self.stream: ReplicationStream | None = None
+        self.encoder: ChangeEncoder | None = None
+        self._tx: _OpenTransaction | None = None
+        self._server_lsn: Lsn | None = None
+        self._received_lsn: Lsn = INVALID_LSN
+        self._event_counters: dict[tuple[str, str], object] = {}
+        self._prefix = settings.kafka.topic_prefix
+        self._messages_topic = messages_topic(self._prefix)
+        self._transactions_topic = transactions_topic(self._prefix)
+        self._key_cache: dict[tuple[int, tuple[str, ...]], tuple[str, ...]] = {}
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def open(self) -> None:
+        pg = self.settings.postgres
+        dsn = pg.dsn.get_secret_value()
+        self.sql = slots.connect_sql(dsn, connect_timeout_s=pg.connect_timeout_s)
+        wal_level = self.sql.execute("SHOW wal_level").fetchone()
+        if wal_level is None or wal_level[0] != "logical":
+            raise FatalError(f"wal_level is {wal_level[0] if wal_level else '?'}, logical replication needs "
+                             "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
+        slots.ensure_publication(self.sql, pg.publication, pg.tables)
+        self.repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s)
+        self.repl.connect()
+        identity = self.repl.identify_system()
+        database = identity.dbname or ""
+        announce = schema_announcer(self.publisher, self._prefix)
+        self.encoder = ChangeEncoder(topic_prefix=self._prefix, database=database,
+                                     registrar=SingleObjectRegistrar(announce),
+                                     key_resolver=self._key_columns,
+                                     type_names=self.assembler.relations.type_name)
+        info = slots.slot_info(self.sql, pg.slot)
+        pending = f"{pg.slot}_snapshot"[:63]
+        if info is None:
+            self._create_slot(database, pending)
+        else:
+            slots.validate_slot(info, database=database)
+            if info.active:
+                raise SlotError(f"replication slot {pg.slot} is in use by pid {info.active_pid}",
+                                hint="another pgbridge (or client) is streaming from it; stop it first")
+            if slots.slot_info(self.sql, pending) is not None:
+                slots.drop_slot(self.sql, pending)
+        proto = negotiate_proto_version(self.repl.server_version, pg.proto_version)
+        options = replication_options(self.settings, proto, self.repl.server_version)
+        self.repl.start_replication(pg.slot, INVALID_LSN, options)
+        self.stream = ReplicationStream(self.repl)
+        self.decoder = PgoutputDecoder(proto)
+        self.health.streaming = True
+        self.metrics.streaming.set(1)
+        log.info("replicating", extra={"slot": pg.slot, "publication": pg.publication,
+                                       "proto_version": proto, "server_version": self.repl.server_version})
+
+    def _create_slot(self, database: str, pending: str) -> None:
+        """Create the slot; with snapshot.mode=initial, read existing rows in the slot's snapshot first.
+
+        The snapshot runs against a *pending* slot ``{slot}_snapshot``; only once every snapshot
+        record is acknowledged is it copied to the real slot name. A crash mid-snapshot leaves
+        only the pending slot, which the next start drops and redoes, so no row is ever lost.
+        """
+        assert self.sql is not None and self.repl is not None
+        pg = self.settings.postgres
+        if slots.slot_info(self.sql, pending) is not None:
+            log.warning("dropping a pending snapshot slot left by an interrupted snapshot",
+                        extra={"slot": pending})
+            slots.drop_slot(self.sql, pending)
+        if self.settings.snapshot.mode == "never":
+            created = self.repl.create_slot(pg.slot, two_phase=pg.two_phase, export_snapshot=False)
+            log.info("slot created", extra={"slot": created.name,
+                                            "consistent_point": format_lsn(created.consistent_point)})
+            return
+        created = self.repl.create_slot(pending, two_phase=pg.two_phase, export_snapshot=True)
+        log.info("snapshot slot created", extra={"slot": pending,
+                                                 "consistent_point": format_lsn(created.consistent_point)})
+        assert created.snapshot_name is not None
+        tables = slots.published_tables(self.sql, pg.publication)
+        unit = self.tracker.open_unit()
+        callback = self.publisher.callback_for(unit)
+        encoder = self.encoder
+        assert encoder is not None
+        ts_us = int(time.time() * 1_000_000)
+
+        def emit(relation: Relation, row: TupleData) -> None:
+            ctx = EventContext(commit_lsn=created.consistent_point, xid=0, ts_us=ts_us, origin=None,
+                               total_order=0, collection_order=0, snapshot=True)
+            record = encoder.encode_snapshot_row(relation, row, ctx)
+            self._produce(record, callback, unit)
+            self._count_event(relation, "r")
+
+        run_initial_snapshot(pg.dsn.get_secret_value(), created.snapshot_name, tables, pg.publication,
+                             emit, metrics=self.metrics, stop=self.stop,
+                             connect_timeout_s=pg.connect_timeout_s)
+        self.tracker.seal(unit, None)
+        if self.publisher.flush(SHUTDOWN_FLUSH_S * 10):
+            raise TransientError("Kafka did not acknowledge the snapshot in time")
+        self.publisher.raise_if_failed()
+        if not self.tracker.is_drained():
+            raise TransientError("snapshot records were not all acknowledged")
+        slots.copy_slot(self.sql, pending, pg.slot)
+        slots.drop_slot(self.sql, pending)
+        log.info("snapshot complete; slot created", extra={"slot": pg.slot})
+
+    def _key_columns(self, relation: Relation) -> tuple[str, ...]:
+        cache_key = (relation.rel_id, tuple(column.name for column in relation.columns))
+        cached = self._key_cache.get(cache_key)
+        if cached is None:
+            assert self.sql is not None
+            try:
+                names = slots.key_columns(self.sql, relation.rel_id)
+            except psycopg.OperationalError as exc:
+                raise SourceUnavailable(f"catalog lookup failed: {exc}") from None
+            present = {column.name for column in relation.columns}
+            if relation.replica_identity == "n" and not names:
+                names = ()
+            cached = tuple(name for name in names if name in present)
+            if len(cached) != len(names):
+                cached = ()
+            self._key_cache[cache_key] = cached
+        return cached
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        assert self.stream is not None
+        stream = self.stream
+        decoder = self.decoder
+        assembler = self.assembler
+        handle = self._handle
+        frames = 0
+        while not self.stop.is_set():
+            payload = stream.read(0.1)
+            if payload is None:
+                self._housekeeping(reply_requested=False)
+                continue
+            frame = parse_copy_message(payload)
+            if isinstance(frame, XLogData):
+                if frame.wal_end > self._received_lsn:
+                    self._received_lsn = Lsn(frame.wal_end)
+                message = decoder.decode(frame.payload)
+                for event in assembler.feed(message, Lsn(frame.wal_start)):
+                    handle(event)
+                frames += 1
+                if frames >= HOUSEKEEPING_EVERY:
+                    frames = 0
+                    self._housekeeping(reply_requested=False)
+            elif isinstance(frame, Keepalive):
+                self._server_lsn = Lsn(frame.wal_end)
+                self._housekeeping(reply_requested=frame.reply_requested)
+
+    def _housekeeping(self, *, reply_requested: bool) -> None:
+        publisher = self.publisher
+        publisher.poll(0)
+        publisher.raise_if_failed()
+        self.health.kafka_ok = publisher.kafka_ok
+        assembler = self.assembler
+        idle = assembler.is_idle() and self._tx is None
+        confirm = self.tracker.confirmable(unfinished_lsn=assembler.oldest_unfinished_lsn(),
+                                           server_lsn=self._server_lsn if idle else None)
+        now = time.monotonic()
+        if self.stream is not None and self.feedback.due(now, confirm_lsn=confirm,
+                                                         reply_requested=reply_requested):
+            self.stream.send_status(confirm)
+            self.feedback.sent(now, confirm)
+        metrics = self.metrics
+        metrics.confirmed_flush_lsn.set(confirm)
+        metrics.received_lsn.set(self._received_lsn)
+        server = max(self._server_lsn or 0, self._received_lsn)
+        metrics.server_wal_lsn.set(server)
+        metrics.replication_lag_bytes.set(max(0, server - confirm))
+        metrics.buffered_bytes.set(assembler.buffered_bytes)
+        metrics.set_spilled_total(assembler.spilled_bytes_total)
+        metrics.queue_depth.set(self.tracker.in_flight)
+
+    def _handle(self, event: AssembledEvent) -> None:
+        encoder = self.encoder
+        assert encoder is not None
+        if isinstance(event, RowChange):
+            tx = self._tx
+            if tx is None:
+                raise FatalError("row change outside a transaction reached the encoder")
+            table = f"{event.relation.namespace}.{event.relation.name}"
+            tx.total_order += 1
+            tx.per_table[table] += 1
+            ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
+                               origin=tx.origin, total_order=tx.total_order,
+                               collection_order=tx.per_table[table])
+            for record in encoder.encode_row(event, ctx):
+                self._produce(record, tx.callback, tx.unit)
+            self._count_event(event.relation, event.op)
+        elif isinstance(event, TxBegin):
+            if self._tx is not None:
+                raise FatalError("transaction began while another was still open")
+            unit = self.tracker.open_unit(event.commit_ts + PG_EPOCH_UNIX_US)
+            tx = _OpenTransaction(begin=event, unit=unit, callback=self.publisher.callback_for(unit),
+                                  ts_us=event.commit_ts + PG_EPOCH_UNIX_US)
+            self._tx = tx
+            self._produce(encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
+                                                     ts_us=tx.ts_us, event_count=0, per_table={}),
+                          tx.callback, unit)
+        elif isinstance(event, TxEnd):
+            tx = self._tx
+            if tx is None or tx.begin.commit_lsn != event.commit_lsn:
+                raise FatalError("transaction end does not match its begin")
+            self._produce(encoder.encode_tx_boundary(status="END", xid=event.xid, commit_lsn=event.commit_lsn,
+                                                     ts_us=tx.ts_us, event_count=tx.total_order,
+                                                     per_table=dict(tx.per_table)),
+                          tx.callback, tx.unit)
+            self._tx = None
+            self.metrics.transactions.labels(OUTCOME_COMMITTED).inc()
+            self.tracker.seal(tx.unit, event.end_lsn)
+        elif isinstance(event, TruncateChange):
+            tx = self._tx
+            if tx is None:
+                raise FatalError("truncate outside a transaction reached the encoder")
+            for relation in event.relations:
+                table = f"{relation.namespace}.{relation.name}"
+                tx.total_order += 1
+                tx.per_table[table] += 1
+                ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
+                                   origin=tx.origin, total_order=tx.total_order,
+                                   collection_order=tx.per_table[table])
+                self._produce(encoder.encode_truncate(event, relation, ctx), tx.callback, tx.unit)
+                self._count_event(relation, "t")
+        elif isinstance(event, MessageChange):
+            tx = self._tx
+            if tx is None:
+                raise FatalError("transactional message outside a transaction reached the encoder")
+            tx.total_order += 1
+            ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
+                               origin=tx.origin, total_order=tx.total_order, collection_order=0)
+            self._produce(encoder.encode_message(event.prefix, event.content, event.lsn, ctx, True),
+                          tx.callback, tx.unit)
+        elif isinstance(event, TxOrigin):
+            if self._tx is not None:
+                self._tx.origin = event.name
+        elif isinstance(event, StandaloneMessage):
+            unit = self.tracker.open_unit()
+            record = encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
+            self._produce(record, self.publisher.callback_for(unit), unit)
+            self.tracker.seal(unit, None)
+
+    def _produce(self, record: OutRecord, callback: Callable[..., None], unit: PublishSlot) -> None:
+        self.publisher.topics.ensure(record.topic)
+        self.publisher.produce(record.topic, record.key, record.value, callback, unit, self._idle_tick)
+
+    def _idle_tick(self) -> None:
+        """Called while the producer queue is full: keep the walsender from timing us out."""
+        if self.stop.is_set():
+            raise _StopRequested()
+        self._housekeeping(reply_requested=False)
+
+    def _count_event(self, relation: Relation, op: str) -> None:
+        key = (f"{relation.namespace}.{relation.name}", op)
+        counter = self._event_counters.get(key)
+        if counter is None:
+            counter = self.metrics.events.labels(*key)
+            self._event_counters[key] = counter
+        counter.inc()  # type: ignore[attr-defined]
+
+    def _completed(self, units: list[PublishSlot]) -> None:
+        now_us = time.time() * 1_000_000
+        for unit in units:
+            if unit.commit_ts_us:
+                self.metrics.commit_to_ack.observe(max(0.0, (now_us - unit.commit_ts_us) / 1_000_000))
+
+    # -- tear-down ---------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Graceful stop: flush Kafka, confirm the last safe LSN, close."""
+        remaining = self.publisher.flush(SHUTDOWN_FLUSH_S)
+        if remaining:
+            log.warning("stopping with unacknowledged records; they will be re-read on restart",
+                        extra={"remaining": remaining})
+        try:
+            self.publisher.raise_if_failed()
+            self._housekeeping(reply_requested=False)
+            if self.stream is not None:
+                confirm = self.tracker.reported_lsn
+                self.stream.send_status(confirm)
+                log.info("confirmed on shutdown", extra={"lsn": format_lsn(confirm)})
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.health.streaming = False
+        self.metrics.streaming.set(0)
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        if self.repl is not None:
+            self.repl.close()
+            self.repl = None
+        if self.sql is not None:
+            self.sql.close()
+            self.sql = None
+        self.publisher.close()
+        self.assembler.close()
+
+
+class _StopRequested(Exception):
+    """Raised out of a backpressure wait when a stop was requested."""
+
+
+def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
+    """Stream until ``stop`` is set; reconnect with capped exponential backoff on transient errors."""
+    backoff = BACKOFF_INITIAL_S
+    while not stop.is_set():
+        session = Session(settings, metrics, health, stop)
+        try:
+            session.open()
+            backoff = BACKOFF_INITIAL_S
+            health.last_error = None
+            session.run()
+            session.shutdown()
+            return
+        except _StopRequested:
+            session.shutdown()
+            return
+        except SnapshotInterrupted:
+            log.info("stopped during the initial snapshot; it restarts on the next start")
+            session.close()
+            return
+        except TransientError as exc:
+            health.last_error = str(exc)
+            target = "kafka" if isinstance(exc, BrokerUnavailable) else "postgres"
+            metrics.reconnects.labels(target).inc()
+            log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
+            session.close()
+        except BaseException:
+            session.close()
+            raise
+        stop.wait(backoff)
+        backoff = min(backoff * 2, BACKOFF_MAX_S)

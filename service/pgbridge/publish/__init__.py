@@ -1,0 +1,1 @@
+"""Kafka I/O: produce with acks=all, create topics on first use, report deliveries to ack/."""

@@ -1,0 +1,169 @@
+"""The Kafka producer: idempotent, ``acks=all``, bounded in flight, deliveries reported to ack/.
+
+``produce()`` only means *accepted*; a record is *durable* when its delivery report says so, and
+only then does the ack tracker count it. A failed delivery poisons the session: the pipeline tears
+it down, rebuilds the producer (an idempotent producer's sequence state cannot survive a broker
+that lost its log) and resumes from the confirmed LSN, so nothing after the failure is confirmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from pgbridge.ack.tracker import AckTracker, PublishSlot
+from pgbridge.config import KafkaConfig
+from pgbridge.errors import BrokerUnavailable, PgbridgeError, PublishError
+from pgbridge.metrics import Metrics
+from pgbridge.publish.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+# Delivery errors that no retry or reconnect can fix.
+_FATAL_CODES: Final = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+}
+
+CompletedHook = Callable[[list[PublishSlot]], None]
+
+
+def producer_config(config: KafkaConfig) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": config.linger_ms,
+        "delivery.timeout.ms": config.delivery_timeout_ms,
+        "queue.buffering.max.messages": config.max_in_flight,
+        "queue.buffering.max.kbytes": 1024 * 1024,
+        "batch.num.messages": 10_000,
+        # murmur2 keeps key → partition identical to Java clients (Debezium, Kafka Streams).
+        "partitioner": "murmur2_random",
+        "client.id": "pgbridge",
+    }
+    for key, value in config.properties.items():
+        settings[key] = value.get_secret_value()
+    return settings
+
+
+def admin_config(config: KafkaConfig) -> dict[str, Any]:
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": "pgbridge-admin"}
+    for key, value in config.properties.items():
+        if key.startswith(("security.", "ssl.", "sasl.")):
+            settings[key] = value.get_secret_value()
+    return settings
+
+
+class KafkaPublisher:
+    def __init__(self, config: KafkaConfig, tracker: AckTracker, metrics: Metrics,
+                 on_completed: CompletedHook) -> None:
+        self._config = config
+        self._tracker = tracker
+        self._metrics = metrics
+        self._on_completed = on_completed
+        self._error: PgbridgeError | None = None
+        self.kafka_ok = True
+        settings = producer_config(config)
+        settings["error_cb"] = self._on_client_error
+        self._producer = Producer(settings, logger=logging.getLogger("librdkafka"))
+        self.topics = TopicManager(AdminClient(admin_config(config)), partitions=config.topic_partitions,
+                                   replication_factor=config.topic_replication_factor)
+        self._max_in_flight = config.max_in_flight
+
+    # -- delivery reports ------------------------------------------------------------------------
+    def callback_for(self, unit: PublishSlot) -> Callable[[KafkaError | None, Message], None]:
+        """One callback per unit (not per record), so the hot path allocates nothing per record."""
+        tracker = self._tracker
+        on_completed = self._on_completed
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is None:
+                self.kafka_ok = True
+                done = tracker.delivered(unit)
+                if done:
+                    on_completed(done)
+            else:
+                tracker.failed(unit)
+                self._record_failure(error)
+
+        return on_delivery
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors: all brokers down means not ready; fatal means rebuild."""
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self.kafka_ok = False
+        if error.fatal() and self._error is None:
+            self._error = BrokerUnavailable(f"Kafka producer fatal error: {error.str()}")
+        log.warning("kafka client error", extra={"error": error.str()})
+
+    def _record_failure(self, error: KafkaError) -> None:
+        self._metrics.delivery_errors.inc()
+        if self._error is not None:
+            return
+        if error.code() in _FATAL_CODES:
+            self._error = PublishError(f"Kafka rejected a record: {error.str()}",
+                                       hint="check topic ACLs and message.max.bytes on the broker")
+        else:
+            self._error = BrokerUnavailable(f"Kafka delivery failed: {error.str()}")
+        log.error("delivery failed", extra={"error": error.str(), "code": error.code()})
+
+    def raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    # -- producing -------------------------------------------------------------------------------
+    def produce(self, topic: str, key: bytes | None, value: bytes | None,
+                callback: Callable[[KafkaError | None, Message], None], unit: PublishSlot,
+                idle: Callable[[], None]) -> None:
+        """Hand one record to librdkafka; when the queue is full, serve callbacks and wait."""
+        self._tracker.add_record(unit)
+        while True:
+            try:
+                self._producer.produce(topic, value, key, on_delivery=callback)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+                self.raise_if_failed()
+                idle()
+
+    def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
+        """Produce one record and wait for its acknowledgement (schema announcements)."""
+        outcome: list[KafkaError | None] = []
+        self._producer.produce(topic, value, key, on_delivery=lambda err, _msg: outcome.append(err))
+        deadline = time.monotonic() + timeout_s
+        while not outcome and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not outcome:
+            raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
+        if outcome[0] is not None:
+            self._record_failure(outcome[0])
+            self.raise_if_failed()
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return int(self._producer.poll(timeout))
+
+    def queue_len(self) -> int:
+        return len(self._producer)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait for outstanding deliveries; returns how many are still outstanding."""
+        deadline = time.monotonic() + timeout_s
+        while len(self._producer) and time.monotonic() < deadline:
+            self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+        return len(self._producer)
+
+    def close(self) -> None:
+        """Drop whatever is still queued: the pipeline resumes from the confirmed LSN anyway."""
+        try:
+            self._producer.purge(in_queue=True, in_flight=False)
+            self._producer.poll(0)
+        except Exception:  # noqa: BLE001 - closing after a failure must not raise a second error
+            log.debug("purge failed while closing the producer", exc_info=True)

@@ -1,0 +1,168 @@
+"""The replication connection: libpq in ``replication=database`` mode, driven through ``psycopg.pq``.
+
+psycopg 3 has no replication API, so replication commands (simple query protocol only) and the
+COPY BOTH stream go straight through ``PGconn``. Every libpq failure becomes a typed error here,
+the one place that sees the raw status.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgbridge.errors import ConfigError, FatalError, SlotError, SourceUnavailable
+from pgbridge.lsn import Lsn, parse_lsn
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME: Final = "pgbridge"
+
+# SQLSTATEs that no reconnect will fix.
+_FATAL_SQLSTATES: Final = {
+    "42704": "the replication slot does not exist",
+    "55000": "the replication slot cannot be used (invalidated, or created for another database)",
+    "42501": "permission denied",
+    "28000": "authentication rejected",
+    "28P01": "password authentication failed",
+    "3D000": "the database does not exist",
+}
+
+
+def safe_target(dsn: str) -> str:
+    """``host:port/dbname`` of a DSN for messages: never the password."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an unparsable DSN is reported without echoing it
+        return "(unparsable DSN)"
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+
+
+def build_conninfo(dsn: str, *, replication: bool, connect_timeout_s: float) -> str:
+    try:
+        kwargs: dict[str, str | int] = {
+            "connect_timeout": max(1, int(connect_timeout_s)),
+            "application_name": APPLICATION_NAME,
+        }
+        if replication:
+            kwargs["replication"] = "database"
+        return make_conninfo(dsn, **kwargs)
+    except Exception as exc:  # psycopg.ProgrammingError on a malformed DSN
+        raise ConfigError("postgres.dsn is not a valid libpq connection string or URI",
+                          hint="use postgresql://user@host:5432/db or 'host=... dbname=...'") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SystemIdentity:
+    system_id: str
+    timeline: int
+    xlog_pos: Lsn
+    dbname: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedSlot:
+    name: str
+    consistent_point: Lsn
+    snapshot_name: str | None
+
+
+def result_error(result: pq.PGresult, what: str) -> Exception:
+    sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    message = (result.error_message or b"").decode(errors="replace").strip()
+    if sqlstate in _FATAL_SQLSTATES:
+        cls: type[FatalError] = SlotError if sqlstate in {"42704", "55000"} else FatalError
+        return cls(f"{what} failed: {message}", hint=_FATAL_SQLSTATES[sqlstate])
+    if sqlstate == "55006":  # object_in_use: slot active for another process
+        return SlotError(f"{what} failed: {message}",
+                         hint="another consumer holds the slot; stop it or wait for it to exit")
+    return SourceUnavailable(f"{what} failed: {message} (SQLSTATE {sqlstate or 'none'})")
+
+
+class ReplicationConnection:
+    """One walsender session: replication commands, then the COPY BOTH stream."""
+
+    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0) -> None:
+        self._conninfo = build_conninfo(dsn, replication=True, connect_timeout_s=connect_timeout_s)
+        self._target = safe_target(dsn)
+        self._pgconn: pq.abc.PGconn | None = None
+
+    @property
+    def pgconn(self) -> pq.abc.PGconn:
+        if self._pgconn is None:
+            raise SourceUnavailable("replication connection is not open")
+        return self._pgconn
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def connect(self) -> None:
+        pgconn = pq.PGconn.connect(self._conninfo.encode())
+        if pgconn.status != pq.ConnStatus.OK:
+            message = pgconn.error_message.decode(errors="replace").strip()
+            pgconn.finish()
+            if "password authentication failed" in message or "no pg_hba.conf entry" in message:
+                # libpq gives no SQLSTATE before the session exists; this is the one place text is read
+                raise FatalError(f"cannot connect to Postgres at {self._target}: {message}",
+                                 hint="check the credentials in postgres.dsn and that pg_hba.conf "
+                                 "allows replication connections for this role")
+            raise SourceUnavailable(f"cannot connect to Postgres at {self._target}: {message}")
+        self._pgconn = pgconn
+
+    @property
+    def server_version(self) -> int:
+        return self.pgconn.server_version
+
+    def command(self, sql: str, what: str) -> list[tuple[str | None, ...]]:
+        """Run one replication command with the simple query protocol; return its rows as text."""
+        result = self.pgconn.exec_(sql.encode())
+        if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            if self.pgconn.status != pq.ConnStatus.OK:
+                raise SourceUnavailable(f"{what}: connection to {self._target} lost")
+            raise result_error(result, what)
+        rows: list[tuple[str | None, ...]] = []
+        for row in range(result.ntuples):
+            rows.append(tuple(
+                None if (value := result.get_value(row, col)) is None else bytes(value).decode()
+                for col in range(result.nfields)
+            ))
+        return rows
+
+    def identify_system(self) -> SystemIdentity:
+        (system_id, timeline, xlog_pos, dbname), = self.command("IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM")
+        return SystemIdentity(system_id or "", int(timeline or 0), parse_lsn(xlog_pos or "0/0"), dbname)
+
+    def create_slot(self, name: str, *, two_phase: bool, export_snapshot: bool) -> CreatedSlot:
+        if self.server_version >= 150000:
+            options = [f"SNAPSHOT '{'export' if export_snapshot else 'nothing'}'"]
+            if two_phase:
+                options.append("TWO_PHASE true")
+            sql = f'CREATE_REPLICATION_SLOT "{name}" LOGICAL pgoutput ({", ".join(options)})'
+        else:
+            sql = (f'CREATE_REPLICATION_SLOT "{name}" LOGICAL pgoutput'
+                   f"{' TWO_PHASE' if two_phase else ''}"
+                   f" {'EXPORT_SNAPSHOT' if export_snapshot else 'NOEXPORT_SNAPSHOT'}")
+        (slot_name, consistent_point, snapshot_name, _plugin), = self.command(sql, "CREATE_REPLICATION_SLOT")
+        return CreatedSlot(slot_name or name, parse_lsn(consistent_point or "0/0"), snapshot_name)
+
+    def start_replication(self, slot: str, start_lsn: Lsn, options: dict[str, str]) -> None:
+        rendered = ", ".join(f'"{key}" \'{value}\'' for key, value in options.items())
+        sql = f'START_REPLICATION SLOT "{slot}" LOGICAL {start_lsn >> 32:X}/{start_lsn & 0xFFFFFFFF:X} ({rendered})'
+        self.pgconn.send_query(sql.encode())
+        result = self.pgconn.get_result()
+        if result is None:
+            raise SourceUnavailable("START_REPLICATION returned no result")
+        if result.status != pq.ExecStatus.COPY_BOTH:
+            raise result_error(result, "START_REPLICATION")
+        self.pgconn.nonblocking = 1
+        log.info("streaming started", extra={"slot": slot, "options": rendered})
+
+    def close(self) -> None:
+        if self._pgconn is not None:
+            self._pgconn.finish()
+            self._pgconn = None

@@ -1,0 +1,168 @@
+"""Catalog side of the source: slots, publications, table keys, over an ordinary SQL connection."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from pgbridge.decode.messages import Column, Relation
+from pgbridge.errors import ConfigError, FatalError, SlotError, SourceUnavailable
+from pgbridge.lsn import Lsn, parse_lsn
+from pgbridge.source.connection import build_conninfo, safe_target
+
+log = logging.getLogger(__name__)
+
+
+def connect_sql(dsn: str, *, connect_timeout_s: float = 10.0) -> psycopg.Connection[tuple[object, ...]]:
+    conninfo = build_conninfo(dsn, replication=False, connect_timeout_s=connect_timeout_s)
+    try:
+        return psycopg.connect(conninfo, autocommit=True)
+    except psycopg.OperationalError as exc:
+        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else "connection failed"
+        if "password authentication failed" in message or "does not exist" in message:
+            raise FatalError(f"cannot connect to Postgres at {safe_target(dsn)}: {message}",
+                             hint="check user, password and database name in postgres.dsn") from None
+        raise SourceUnavailable(f"cannot connect to Postgres at {safe_target(dsn)}: {message}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active: bool
+    active_pid: int | None
+    confirmed_flush_lsn: Lsn | None
+    restart_lsn: Lsn | None
+    wal_status: str | None
+    two_phase: bool
+
+
+def slot_info(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotInfo | None:
+    row = conn.execute(
+        "SELECT slot_name, plugin, slot_type, database, active, active_pid,"
+        " confirmed_flush_lsn::text, restart_lsn::text, wal_status, two_phase"
+        " FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        return None
+    name, plugin, slot_type, database, active, pid, confirmed, restart, wal_status, two_phase = row
+    return SlotInfo(
+        name=str(name), plugin=None if plugin is None else str(plugin), slot_type=str(slot_type),
+        database=None if database is None else str(database), active=bool(active),
+        active_pid=None if pid is None else int(str(pid)),
+        confirmed_flush_lsn=None if confirmed is None else parse_lsn(str(confirmed)),
+        restart_lsn=None if restart is None else parse_lsn(str(restart)),
+        wal_status=None if wal_status is None else str(wal_status), two_phase=bool(two_phase))
+
+
+def validate_slot(info: SlotInfo, *, database: str) -> None:
+    """Refuse a slot that would silently stream the wrong thing or nothing at all."""
+    if info.slot_type != "logical" or info.plugin != "pgoutput":
+        raise SlotError(f"replication slot {info.name} is {info.slot_type}/{info.plugin}, not logical/pgoutput",
+                        hint="choose another postgres.slot or drop this slot")
+    if info.database != database:
+        raise SlotError(f"replication slot {info.name} belongs to database {info.database}, not {database}",
+                        hint="choose another postgres.slot or point postgres.dsn at that database")
+    if info.wal_status == "lost":
+        raise SlotError(f"replication slot {info.name} was invalidated: the WAL it needs was removed",
+                        hint="changes were lost; run `pgbridge slot drop` and restart with snapshot.mode=initial")
+
+
+def drop_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> bool:
+    try:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except pgerrors.UndefinedObject:
+        return False
+    except pgerrors.ObjectInUse as exc:
+        raise SlotError(f"replication slot {slot} is in use by another process",
+                        hint="stop the running pgbridge first") from exc
+    return True
+
+
+def copy_slot(conn: psycopg.Connection[tuple[object, ...]], source: str, target: str) -> None:
+    conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (source, target))
+
+
+def publication_exists(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is not None
+
+
+def ensure_publication(conn: psycopg.Connection[tuple[object, ...]], publication: str,
+                       tables: list[str] | None) -> None:
+    if publication_exists(conn, publication):
+        return
+    if not tables:
+        raise FatalError(f"publication {publication} does not exist",
+                         hint=f"CREATE PUBLICATION {publication} FOR TABLE ...; or set postgres.tables "
+                         "so pgbridge creates it")
+    identifiers = [sql.Identifier(*table.split(".", 1)) for table in tables]
+    try:
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+            sql.Identifier(publication), sql.SQL(", ").join(identifiers)))
+    except pgerrors.UndefinedTable as exc:
+        raise ConfigError(f"postgres.tables names a table that does not exist: {exc.diag.message_primary}",
+                          hint="fix postgres.tables") from None
+    except pgerrors.InsufficientPrivilege as exc:
+        raise FatalError(f"cannot create publication {publication}: {exc.diag.message_primary}",
+                         hint="create it as the table owner, or grant CREATE on the database") from None
+    except pgerrors.DuplicateObject:
+        return
+    log.info("publication created", extra={"publication": publication, "tables": tables})
+
+
+def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[tuple[str, str]]:
+    rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"
+                        " ORDER BY 1, 2", (publication,)).fetchall()
+    return [(str(schema), str(table)) for schema, table in rows]
+
+
+def key_columns(conn: psycopg.Connection[tuple[object, ...]], rel_id: int) -> tuple[str, ...]:
+    """Primary key columns, else the replica identity index's columns, in index order."""
+    rows = conn.execute(
+        "SELECT a.attname, i.indisprimary FROM pg_index i"
+        " CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        " WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident)"
+        " ORDER BY i.indisprimary DESC, k.ord", (rel_id,)).fetchall()
+    primary = [str(name) for name, is_primary in rows if is_primary]
+    if primary:
+        return tuple(primary)
+    return tuple(str(name) for name, _ in rows)
+
+
+def relation_from_catalog(conn: psycopg.Connection[tuple[object, ...]], schema: str, table: str,
+                          publication: str) -> Relation:
+    """The Relation pgoutput would send for a table, built from the catalog (for snapshots)."""
+    row = conn.execute(
+        "SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()
+    if row is None:
+        raise FatalError(f"table {schema}.{table} disappeared", hint="check the publication's tables")
+    oid, replident = int(str(row[0])), str(row[1])
+    published: set[str] | None = None
+    if conn.info.server_version >= 150000:
+        names = conn.execute("SELECT attnames FROM pg_publication_tables WHERE pubname = %s"
+                             " AND schemaname = %s AND tablename = %s", (publication, schema, table)).fetchone()
+        if names is not None and names[0] is not None:
+            published = {str(name) for name in names[0]}  # type: ignore[attr-defined]
+    if replident == "f":
+        identity_cols = {"*"}
+    else:
+        index_kind = "i.indisreplident" if replident == "i" else "i.indisprimary"
+        identity_cols = {str(r[0]) for r in conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND " + index_kind, (oid,)).fetchall()}
+    attributes = conn.execute(
+        "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = %s AND attnum > 0"
+        " AND NOT attisdropped AND attgenerated = '' ORDER BY attnum", (oid,)).fetchall()
+    columns = tuple(
+        Column(is_key=("*" in identity_cols or str(name) in identity_cols), name=str(name),
+               type_oid=int(str(typid)), type_modifier=int(str(typmod)))
+        for name, typid, typmod in attributes if published is None or str(name) in published)
+    return Relation(xid=None, rel_id=oid, namespace=schema, name=table, replica_identity=replident,
+                    columns=columns)

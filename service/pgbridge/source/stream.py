@@ -1,0 +1,68 @@
+"""The COPY BOTH loop: read CopyData frames and send standby status updates, waiting on the socket.
+
+Framing decisions live in ``frames.py``; this module only moves bytes and waits, so that a
+stalled network shows up as a timeout here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import selectors
+
+from psycopg import pq
+
+from pgbridge.errors import SourceUnavailable
+from pgbridge.source.connection import ReplicationConnection, result_error
+from pgbridge.source.frames import build_status_update, pg_now_us
+
+
+class ReplicationStream:
+    def __init__(self, connection: ReplicationConnection) -> None:
+        self._conn = connection
+        self._pgconn = connection.pgconn
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._pgconn.socket, selectors.EVENT_READ)
+
+    def read(self, timeout: float) -> memoryview | None:
+        """Next CopyData payload, or None if nothing arrived within ``timeout`` seconds."""
+        pgconn = self._pgconn
+        nbytes, data = pgconn.get_copy_data(1)
+        if nbytes > 0:
+            return data
+        if nbytes == 0:
+            if not self._selector.select(timeout):
+                return None
+            pgconn.consume_input()
+            nbytes, data = pgconn.get_copy_data(1)
+            if nbytes > 0:
+                return data
+            if nbytes == 0:
+                return None
+        return self._end_of_copy(nbytes)
+
+    def _end_of_copy(self, nbytes: int) -> memoryview:
+        pgconn = self._pgconn
+        if nbytes == -1:
+            result = pgconn.get_result()
+            if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+                raise result_error(result, "replication stream")
+            raise SourceUnavailable("replication stream ended by the server")
+        message = pgconn.error_message.decode(errors="replace").strip()
+        raise SourceUnavailable(f"replication stream broken: {message or 'connection lost'}")
+
+    def send_status(self, lsn: int, *, reply_requested: bool = False) -> None:
+        frame = build_status_update(lsn, lsn, lsn, now_us=pg_now_us(), reply_requested=reply_requested)
+        pgconn = self._pgconn
+        if pgconn.put_copy_data(frame) != 1:
+            raise SourceUnavailable("could not queue a standby status update: "
+                                    + pgconn.error_message.decode(errors="replace").strip())
+        for _ in range(100):
+            flushed = pgconn.flush()
+            if flushed == 0:
+                return
+            if flushed < 0:
+                break
+            self._selector.select(0.05)
+        raise SourceUnavailable("could not send a standby status update: connection stalled")
+
+    def close(self) -> None:
+        self._selector.close()
