@@ -165,5 +165,5 @@ class KafkaPublisher:
         try:
             self._producer.purge(in_queue=True, in_flight=False)
             self._producer.poll(0)
-        except Exception:  # noqa: BLE001 - closing after a failure must not raise a second error
+        except Exception:
             log.debug("purge failed while closing the producer", exc_info=True)

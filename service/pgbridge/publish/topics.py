@@ -7,7 +7,7 @@ import re
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from pgbridge.errors import BrokerUnavailable, PublishError
 

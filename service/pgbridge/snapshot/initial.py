@@ -103,7 +103,7 @@ def run_initial_snapshot(dsn: str, snapshot_name: str, tables: list[tuple[str, s
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
         for schema, table in tables:
-            relation = slots.relation_from_catalog(conn, schema, table, publication)  # type: ignore[arg-type]
+            relation = slots.relation_from_catalog(conn, schema, table, publication)
             name = f"{schema}.{table}"
             estimate_row = conn.execute("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s",
                                         (relation.rel_id,)).fetchone()
@@ -116,7 +116,7 @@ def run_initial_snapshot(dsn: str, snapshot_name: str, tables: list[tuple[str, s
             done = 0
             counter = metrics.snapshot_rows.labels(name)
             with conn.cursor() as cursor, cursor.copy(query) as copy:
-                for row in parse_copy_lines(iter(copy), len(relation.columns)):
+                for row in parse_copy_lines(iter(copy), len(relation.columns)):  # type: ignore[arg-type]
                     emit(relation, row)
                     done += 1
                     if done % 1000 == 0:

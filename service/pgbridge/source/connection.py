@@ -36,7 +36,7 @@ def safe_target(dsn: str) -> str:
     """``host:port/dbname`` of a DSN for messages: never the password."""
     try:
         params = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - an unparsable DSN is reported without echoing it
+    except Exception:
         return "(unparsable DSN)"
     host = params.get("host") or params.get("hostaddr") or "localhost"
     return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
@@ -71,7 +71,7 @@ class CreatedSlot:
     snapshot_name: str | None
 
 
-def result_error(result: pq.PGresult, what: str) -> Exception:
+def result_error(result: pq.abc.PGresult, what: str) -> Exception:
     sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
     message = (result.error_message or b"").decode(errors="replace").strip()
     if sqlstate in _FATAL_SQLSTATES:

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pgbridge.cli import main
+from pgbridge.config import load_settings
+from pgbridge.errors import ConfigError
+from pgbridge.logs import redact
+
+BASE = {"PGBRIDGE_POSTGRES__DSN": "postgresql://u:s3cret@db/app", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092"}
+
+
+def test_defaults_follow_the_contract() -> None:
+    settings = load_settings(environ=BASE)
+    assert settings.postgres.slot == "pgbridge"
+    assert settings.postgres.publication == "pgbridge"
+    assert settings.kafka.topic_prefix == "pgbridge"
+    assert settings.snapshot.mode == "initial"
+    assert settings.http.port == 8080
+    assert settings.schema_registry.url is None
+    assert "s3cret" not in repr(settings)
+
+
+def test_environment_overrides_the_yaml_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("postgres:\n  dsn: host=a\n  slot: from_file\nkafka:\n  bootstrap_servers: b:1\n"
+                      "  topic_prefix: file\n")
+    settings = load_settings(config, environ={"PGBRIDGE_KAFKA__TOPIC_PREFIX": "env"})
+    assert settings.kafka.topic_prefix == "env"
+    assert settings.postgres.slot == "from_file"
+
+
+def test_tables_accept_a_comma_list() -> None:
+    settings = load_settings(environ={**BASE, "PGBRIDGE_POSTGRES__TABLES": "public.a, s.b"})
+    assert settings.postgres.tables == ["public.a", "s.b"]
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    ({"PGBRIDGE_POSTGRES__TABLES": "nodot"}, "schema.table"),
+    ({"PGBRIDGE_SNAPSHOT__MODE": "sometimes"}, "snapshot.mode"),
+    ({"PGBRIDGE_HTTP__PORT": "70000"}, "http.port"),
+    ({"PGBRIDGE_POSTGRES__SLOT": "Bad-Slot"}, "postgres.slot"),
+    ({"PGBRIDGE_BOGUS": "1"}, "PGBRIDGE_BOGUS"),
+])
+def test_invalid_settings_name_the_field(extra: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(environ={**BASE, **extra})
+    assert fragment in str(caught.value)
+
+
+def test_unknown_yaml_key_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("postgres:\n  dsn: x\n  slott: typo\nkafka:\n  bootstrap_servers: b\n")
+    with pytest.raises(ConfigError, match=r"postgres\.slott"):
+        load_settings(config, environ={})
+
+
+def test_missing_required_setting_names_the_environment_variable() -> None:
+    with pytest.raises(ConfigError, match="PGBRIDGE_KAFKA"):
+        load_settings(environ={"PGBRIDGE_POSTGRES__DSN": "x"})
+
+
+def test_malformed_yaml_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("postgres: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(config, environ={})
+
+
+def test_cli_exits_2_with_one_line_on_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(__import__("os").environ):
+        if key.startswith("PGBRIDGE_"):
+            monkeypatch.delenv(key)
+    config = tmp_path / "c.yaml"
+    config.write_text("postgres:\n  dsn: postgresql://u:hunter2@h/d\nkafka: {}\n")
+    assert main(["check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: ")
+    assert "hunter2" not in err
+
+
+def test_cli_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_redaction_hides_passwords_in_dsns_and_uris() -> None:
+    assert "pw" not in redact("connect host=a password=pw dbname=x")
+    assert "pw" not in redact("postgresql://user:pw@host/db")
+    assert "secret" not in redact("sasl.password=secret")
