@@ -1,0 +1,88 @@
+"""Shared fixtures: throwaway Postgres clusters and Kafka-protocol brokers on free loopback ports.
+
+Servers are session-scoped (starting them is the slow part); each test gets its own database and
+topic prefix. Tests needing special server settings, or a broker of their own to break, use
+``pg_cluster_factory`` and ``fresh_broker``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from tests.support.broker import Broker, start_broker
+from tests.support.postgres import (
+    PgCluster,
+    PgClusterFactory,
+    create_database,
+    drop_database,
+    start_cluster,
+)
+
+
+@pytest.fixture(scope="session", params=[15, 18], ids=["pg15", "pg18"])
+def pg_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
+    """A running cluster per Postgres major version, shared by the session (wal_level=logical)."""
+    cluster = start_cluster(request.param)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: PgCluster) -> Iterator[str]:
+    """DSN of a new, uniquely named database on ``pg_cluster``, dropped after the test together
+    with its replication slots and prepared transactions."""
+    dbname = f"t_{uuid.uuid4().hex[:12]}"
+    create_database(pg_cluster, dbname)
+    try:
+        yield pg_cluster.dsn(dbname)
+    finally:
+        drop_database(pg_cluster, dbname)
+
+
+@pytest.fixture
+def pg_cluster_factory() -> Iterator[PgClusterFactory]:
+    """``factory(version, settings=None) -> PgCluster``: clusters with their own settings, closed
+    after the test."""
+    started: list[PgCluster] = []
+
+    def factory(version: int, settings: Mapping[str, str] | None = None) -> PgCluster:
+        cluster = start_cluster(version, settings=settings)
+        started.append(cluster)
+        return cluster
+
+    try:
+        yield factory
+    finally:
+        for cluster in reversed(started):
+            cluster.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Broker]:
+    """A broker shared by the session; separate tests by ``topic_prefix``."""
+    broker = start_broker()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[Broker]:
+    """A broker of this test's own, free to stop and restart (outage tests)."""
+    broker = start_broker()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A unique topic name prefix for this test, like ``t_1a2b3c4d``."""
+    return f"t_{uuid.uuid4().hex[:8]}"

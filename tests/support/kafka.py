@@ -1,0 +1,180 @@
+"""Read what landed in Kafka topics, from the beginning of every partition to the end.
+
+A reader assigns itself explicit partitions (no consumer group subscription, no offset commits), so
+it sees every record regardless of other readers. "The end" is decided by silence, not by high
+watermarks (Tansu's can be wrong after batched writes): reading stops once at least ``min_count``
+records arrived and nothing new came for ``idle`` seconds.
+
+Tansu creates a topic when a metadata request names it, so readers only ever ask for the metadata of
+*all* topics and assign the wanted ones once they exist: reading a topic never creates it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+_METADATA_INTERVAL = 0.25
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None  # milliseconds since the epoch, None if the broker gave none
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def list_topics(bootstrap: str, *, timeout: float = 10.0) -> set[str]:
+    """Names of all topics on the broker (a metadata request for all topics: creates nothing)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(timeout=timeout)
+    return {name for name, topic in metadata.topics.items() if topic.error is None}
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    min_count: int = 0,
+    timeout: float = 30.0,
+    idle: float = 2.0,
+) -> list[Record]:
+    """All records of ``topic``, ordered by (partition, offset). See ``read_topics``."""
+    return read_topics(bootstrap, [topic], min_count=min_count, timeout=timeout, idle=idle)[topic]
+
+
+def read_topics(
+    bootstrap: str,
+    topics: Iterable[str],
+    *,
+    min_count: int | Mapping[str, int] = 0,
+    timeout: float = 30.0,
+    idle: float = 2.0,
+) -> dict[str, list[Record]]:
+    """All records of each topic, ordered by (partition, offset) within each topic.
+
+    ``min_count`` is the least number of records wanted from *each* topic, or a mapping per topic
+    (topics not in it: 0). A topic that does not exist yet is waited for while fewer than its
+    ``min_count`` records were read; one with ``min_count`` 0 that never appears reads as empty.
+    Returns once every topic has its ``min_count`` and no record arrived for ``idle`` seconds;
+    raises ``AssertionError`` after ``timeout`` seconds, saying how many records were read.
+    """
+    wanted = list(dict.fromkeys(topics))
+    if isinstance(min_count, Mapping):
+        minimum = {topic: min_count.get(topic, 0) for topic in wanted}
+    else:
+        minimum = dict.fromkeys(wanted, min_count)
+    records: dict[str, list[Record]] = {topic: [] for topic in wanted}
+    assigned: set[str] = set()
+    last_error: KafkaError | None = None
+
+    consumer = Consumer(_consumer_config(bootstrap))
+    try:
+        start = time.monotonic()
+        deadline = start + timeout
+        last_progress = start
+        next_metadata = start
+        while True:
+            now = time.monotonic()
+            if len(assigned) < len(wanted) and now >= next_metadata:
+                if _assign_existing(consumer, wanted, assigned, max(0.1, min(5.0, deadline - now))):
+                    last_progress = time.monotonic()  # read newly assigned topics fully
+                next_metadata = time.monotonic() + _METADATA_INTERVAL
+            message = consumer.poll(0.1)
+            if message is not None:
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise AssertionError(f"reading {wanted} from {bootstrap} failed: {error}")
+                    last_error = error
+                else:
+                    record = _record(message)
+                    records[record.topic].append(record)
+                    last_progress = time.monotonic()
+            now = time.monotonic()
+            satisfied = all(len(records[topic]) >= minimum[topic] for topic in wanted)
+            if satisfied and now - last_progress >= idle:
+                break
+            if now >= deadline:
+                counts = {topic: len(records[topic]) for topic in wanted}
+                missing = [topic for topic in wanted if topic not in assigned]
+                raise AssertionError(
+                    f"timed out after {timeout:g}s reading from {bootstrap}: read {counts}, "
+                    f"wanted at least {minimum}"
+                    + (f"; topics that never appeared: {missing}" if missing else "")
+                    + (f"; last consumer error: {last_error}" if last_error else "")
+                )
+    finally:
+        consumer.close()
+    return {topic: sorted(rows, key=lambda r: (r.partition, r.offset)) for topic, rows in records.items()}
+
+
+def _consumer_config(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        # Required by the client; with assign() and no commits it never joins a group.
+        "group.id": f"pgbridge-test-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "allow.auto.create.topics": False,
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 100,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+
+
+def _assign_existing(consumer: Consumer, wanted: list[str], assigned: set[str], timeout: float) -> bool:
+    """Assign every partition of each wanted topic that now exists; True if any was assigned."""
+    try:
+        metadata = consumer.list_topics(timeout=timeout)  # all topics: creates nothing
+    except Exception:  # broker not answering yet; try again later
+        return False
+    partitions: list[TopicPartition] = []
+    for name in wanted:
+        topic = metadata.topics.get(name)
+        if name in assigned or topic is None or topic.error is not None or not topic.partitions:
+            continue
+        partitions.extend(TopicPartition(name, p, OFFSET_BEGINNING) for p in sorted(topic.partitions))
+        assigned.add(name)
+    if partitions:
+        consumer.incremental_assign(partitions)
+    return bool(partitions)
+
+
+def _record(message: Message) -> Record:
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    assert topic is not None and partition is not None and offset is not None, "not a fetched record"
+    timestamp_type, timestamp = message.timestamp()
+    raw_headers = message.headers() or []
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    return Record(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=_as_bytes(message.key()),
+        value=_as_bytes(message.value()),
+        timestamp=None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
+        headers=tuple((name, _as_bytes(value)) for name, value in pairs),
+    )
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
