@@ -1,0 +1,35 @@
+"""Pure encoding: assembled changes → Avro keys and values framed for Kafka, per the contract.
+
+``typemap`` maps Postgres types to Avro, ``schemas`` builds writer schemas from ``schemas/*.avsc``
+and each Relation, ``envelope`` writes the records (``ChangeEncoder``), ``wire`` holds the Avro
+binary primitives, fingerprints and the framing (single-object now, a Schema Registry later
+through ``SchemaRegistrar``). Nothing here does I/O except through the registrar it is given.
+"""
+
+from __future__ import annotations
+
+from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, OutRecord, default_key_columns
+from pgbridge.encode.typemap import EncodeError
+from pgbridge.encode.wire import (
+    SchemaRegistrar,
+    SingleObjectRegistrar,
+    fingerprint64,
+    fingerprint_hex,
+    parsing_canonical_form,
+    single_object_header,
+)
+
+__all__ = [
+    "ChangeEncoder",
+    "EncodeError",
+    "EventContext",
+    "KeyResolver",
+    "OutRecord",
+    "SchemaRegistrar",
+    "SingleObjectRegistrar",
+    "default_key_columns",
+    "fingerprint64",
+    "fingerprint_hex",
+    "parsing_canonical_form",
+    "single_object_header",
+]

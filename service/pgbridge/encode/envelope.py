@@ -1,0 +1,511 @@
+"""Assembled changes → Kafka records (topic, Avro key, Avro value), as the contract lays them out.
+
+``ChangeEncoder`` is pure apart from the registrar it is given: it compiles one ``_TablePlan``
+per Relation version (column encoders, key columns, schemas, framing headers) and then writes
+each change with a handful of appends and one ``join``. The envelope's Avro binary is written
+here directly in the field order of ``schemas/envelope.avsc`` (checked at start-up by
+``schemas.check_envelope_layout``); the low-volume records (messages, transaction boundaries) go
+through fastavro's ``schemaless_writer`` and follow their ``.avsc`` files by construction.
+
+Records per change:
+
+* insert ``c``, snapshot read ``r``: one record under the row's key.
+* update ``u``: one record under the new key; if Postgres sent the old key and it differs, a
+  tombstone for the old key comes first, so compaction forgets the row's previous identity.
+* delete ``d``: the delete record, then a tombstone with the same key (keyed tables only).
+* truncate ``t``: one record per table, null key, ``before`` and ``after`` null.
+
+Keys are the columns named by the ``KeyResolver`` (primary key, else replica identity index);
+none means a null Kafka key. The key of a change is read from the new row, falling back to the
+old key image for a key column whose TOASTed value Postgres did not resend.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple
+
+from fastavro import parse_schema, schemaless_writer
+
+from pgbridge.assemble.units import RowChange, TruncateChange
+from pgbridge.decode.messages import (
+    IDENTITY_FULL,
+    KIND_BINARY,
+    KIND_NULL,
+    KIND_TEXT,
+    KIND_UNCHANGED_TOAST,
+    Relation,
+    TupleData,
+)
+from pgbridge.encode import schemas
+from pgbridge.encode.schemas import Schema
+from pgbridge.encode.typemap import EncodeError, TypeCodec, TypeNames
+from pgbridge.encode.wire import (
+    EMPTY_ARRAY,
+    FALSE,
+    NULL_BRANCH,
+    TRUE,
+    VALUE_BRANCH,
+    SchemaRegistrar,
+    fingerprint64,
+    write_long,
+    write_string,
+    write_string_array,
+)
+from pgbridge.errors import SchemaError
+
+# --- what callers pass and get --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EventContext:
+    """Where an event sits: its transaction (for ``source`` and ``transaction``) and its order.
+
+    ``ts_us`` is the commit time in microseconds since the Unix epoch. ``total_order`` and
+    ``collection_order`` are 1-based positions in the transaction overall and within the table;
+    together with ``commit_lsn`` they make an event identifiable across re-deliveries.
+    """
+
+    commit_lsn: int
+    xid: int
+    ts_us: int
+    origin: str | None
+    total_order: int
+    collection_order: int
+    snapshot: bool = False
+
+
+class OutRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+
+
+KeyResolver = Callable[[Relation], tuple[str, ...]]
+"""Names of a relation's Kafka key columns, in key order; empty means a null key."""
+
+
+def default_key_columns(relation: Relation) -> tuple[str, ...]:
+    """The columns pgoutput flags as key: the replica identity's columns.
+
+    Under ``REPLICA IDENTITY FULL`` every column is flagged, which identifies nothing useful as
+    a Kafka key, so such tables get a null key unless a resolver names their primary key.
+    """
+    if relation.replica_identity == IDENTITY_FULL:
+        return ()
+    return tuple(c.name for c in relation.columns if c.is_key)
+
+
+# --- topics ---------------------------------------------------------------------------------------
+
+_TOPIC_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
+MAX_TOPIC_LENGTH: Final = 249  # Kafka's limit
+
+
+def topic_name(*parts: str) -> str:
+    """Join ``parts`` with dots; characters outside ``[A-Za-z0-9._-]`` become ``_``."""
+    name = _TOPIC_INVALID.sub("_", ".".join(parts))
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise EncodeError(f"topic name {name[:60]}... is longer than Kafka's {MAX_TOPIC_LENGTH} characters",
+                          hint="use a shorter kafka.topic_prefix")
+    return name
+
+
+# --- the compiled plan of one Relation version ----------------------------------------------------
+
+_RawEncoder = Callable[[Any], bytes]
+_OP_CREATE: Final = write_string("c")
+_OP_UPDATE: Final = write_string("u")
+_OP_DELETE: Final = write_string("d")
+_OP_READ: Final = write_string("r")
+_OP_TRUNCATE: Final = write_string("t")
+_CONVERSION_ERRORS: Final = (ValueError, OverflowError, ArithmeticError, IndexError, struct.error, TypeError)
+_ROW_ERRORS: Final = (EncodeError, *_CONVERSION_ERRORS)
+_VALUE_KINDS: Final = (KIND_TEXT, KIND_BINARY)
+_SETTINGS_HINT: Final = ("pgbridge reads values as Postgres prints them with client_encoding=UTF8 and "
+                         "DateStyle=ISO; check the replication connection's settings")
+_KEY_HINT: Final = ("the replica identity must include the Kafka key columns: ALTER TABLE ... REPLICA IDENTITY "
+                    "USING INDEX <primary key index> (or DEFAULT with a primary key, or FULL)")
+
+
+class _TablePlan:
+    """Everything needed to write one Relation version's records, computed once."""
+
+    __slots__ = ("all_text", "binary_encoders", "column_names", "key_header", "key_indexes", "key_schema", "ncols",
+                 "pg_types", "source_head", "table", "text_encoders", "topic", "value_header", "value_schema")
+
+    def __init__(self, *, relation: Relation, topic: str, database: str, codecs: tuple[TypeCodec, ...],
+                 key_indexes: tuple[int, ...], key_schema: Schema | None, value_schema: Schema,
+                 key_header: bytes, value_header: bytes) -> None:
+        self.table = f"{relation.namespace}.{relation.name}"
+        self.topic = topic
+        self.column_names = tuple(c.name for c in relation.columns)
+        self.ncols = len(relation.columns)
+        self.all_text = bytes([KIND_TEXT]) * self.ncols
+        self.pg_types = tuple(codec.pg_type for codec in codecs)
+        self.text_encoders: tuple[_RawEncoder, ...] = tuple(codec.text_encoder() for codec in codecs)
+        self.binary_encoders: tuple[_RawEncoder, ...] = tuple(codec.binary_encoder() for codec in codecs)
+        self.key_indexes = key_indexes
+        self.key_schema = key_schema
+        self.value_schema = value_schema
+        self.key_header = key_header
+        self.value_header = value_header
+        self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
+
+    def write_row(self, row: TupleData, parts: list[bytes]) -> list[str] | None:
+        """Append the ``Value`` record of ``row``; return the unchanged-TOAST column names, if any."""
+        kinds = row.kinds
+        append = parts.append
+        if kinds == self.all_text:  # the common case: every column sent as text
+            try:
+                for raw, encode in zip(row.values, self.text_encoders, strict=True):
+                    append(VALUE_BRANCH)
+                    append(encode(raw))
+            except _ROW_ERRORS as exc:
+                raise self.locate_error(row, exc) from exc
+            return None
+        if len(kinds) != self.ncols:
+            raise EncodeError(f"row of {self.table} has {len(kinds)} columns, its relation {self.ncols}",
+                              hint="the relation cache is out of step with the stream; restart pgbridge")
+        unchanged: list[str] | None = None
+        try:
+            for kind, raw, text, binary, name in zip(kinds, row.values, self.text_encoders,
+                                                     self.binary_encoders, self.column_names, strict=True):
+                if kind == KIND_TEXT:
+                    append(VALUE_BRANCH)
+                    append(text(raw))
+                elif kind == KIND_NULL:
+                    append(NULL_BRANCH)
+                elif kind == KIND_UNCHANGED_TOAST:
+                    append(NULL_BRANCH)
+                    if unchanged is None:
+                        unchanged = []
+                    unchanged.append(name)
+                elif kind == KIND_BINARY:
+                    append(VALUE_BRANCH)
+                    append(binary(raw))
+                else:
+                    raise EncodeError(f"{self.table}.{name}: unknown tuple column kind {kind!r}",
+                                      hint="the replication stream is corrupt; report this as a pgbridge bug")
+        except _ROW_ERRORS as exc:
+            raise self.locate_error(row, exc) from exc
+        return unchanged
+
+    def locate_error(self, row: TupleData, exc: Exception) -> EncodeError:
+        """Name the column whose value failed. The hot loop does not track the column index, so
+        the (deterministic) converters are re-run one by one until one fails again."""
+        for i, (kind, raw) in enumerate(zip(row.kinds, row.values, strict=False)):
+            try:
+                if kind == KIND_TEXT:
+                    self.text_encoders[i](raw)
+                elif kind == KIND_BINARY:
+                    self.binary_encoders[i](raw)
+            except _ROW_ERRORS as again:
+                return self.column_error(i, again)
+        return exc if isinstance(exc, EncodeError) else EncodeError(f"cannot encode a row of {self.table}: {exc}",
+                                                                    hint=_SETTINGS_HINT)
+
+    def key_of(self, row: TupleData, fallback: TupleData | None) -> bytes | None:
+        """The framed Avro key of ``row`` (``fallback`` fills unchanged-TOAST key columns), or
+        ``None`` when a key column's value is not in the row."""
+        parts = [self.key_header]
+        i = 0
+        try:
+            for i in self.key_indexes:
+                kind = row.kinds[i]
+                raw = row.values[i]
+                if kind == KIND_UNCHANGED_TOAST and fallback is not None:
+                    kind = fallback.kinds[i]
+                    raw = fallback.values[i]
+                if kind == KIND_TEXT:
+                    parts.append(self.text_encoders[i](raw))
+                elif kind == KIND_BINARY:
+                    parts.append(self.binary_encoders[i](raw))
+                else:
+                    return None
+        except _ROW_ERRORS as exc:
+            raise self.column_error(i, exc) from exc
+        return b"".join(parts)
+
+    def required_key(self, row: TupleData, fallback: TupleData | None, op: str) -> bytes | None:
+        if not self.key_indexes:
+            return None
+        key = self.key_of(row, fallback)
+        if key is None:
+            missing = [self.column_names[i] for i in self.key_indexes if row.kinds[i] not in _VALUE_KINDS]
+            raise EncodeError(f"{op} on {self.table} does not carry the key column(s) {', '.join(missing)}",
+                              hint=_KEY_HINT)
+        return key
+
+    def column_error(self, i: int, exc: Exception) -> EncodeError:
+        column = f"{self.column_names[i]} ({self.pg_types[i]})" if i < self.ncols else f"column #{i}"
+        hint = exc.hint if isinstance(exc, EncodeError) else _SETTINGS_HINT
+        return EncodeError(f"cannot encode {self.table}.{column}: {exc}", hint=hint)
+
+
+# --- the encoder ----------------------------------------------------------------------------------
+
+
+class _TableSchemas(NamedTuple):
+    codecs: tuple[TypeCodec, ...]
+    key_indexes: tuple[int, ...]
+    key: Schema | None
+    value: Schema
+
+
+_PLAN_CACHE_SIZE: Final = 4096
+
+
+class ChangeEncoder:
+    """Encodes assembled changes of one database into ``OutRecord``s.
+
+    ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
+    it is asked once per (subject, schema), when a Relation version is first used, so in
+    registry-less mode the schema is durable in ``_schemas`` before the first record using it.
+    """
+
+    def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar,
+                 key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None) -> None:
+        schemas.check_envelope_layout()
+        self._prefix = topic_prefix
+        self._database = database
+        self._registrar = registrar
+        self._key_resolver = key_resolver or default_key_columns
+        self._type_names = type_names
+        self._headers: dict[tuple[str, int], bytes] = {}
+        self._by_identity: dict[int, tuple[Relation, _TablePlan]] = {}
+        self._by_shape: dict[tuple[Any, ...], _TablePlan] = {}
+        self._context_key: tuple[int, int, int, str | None] | None = None
+        self._context_bytes: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+        self.messages_topic = topic_name(topic_prefix, "messages")
+        self.transactions_topic = topic_name(topic_prefix, "transactions")
+        self._fixed = {name: _FixedRecord(schemas.standalone_schema(name))
+                       for name in ("message", "message_key", "transaction_boundary", "transaction_key")}
+        self._buffer = io.BytesIO()
+
+    # -- schemas ---------------------------------------------------------------------------------
+
+    def topic_for(self, relation: Relation) -> str:
+        """``{prefix}.{schema}.{table}`` with characters outside ``[A-Za-z0-9._-]`` as ``_``."""
+        return topic_name(self._prefix, relation.namespace, relation.name)
+
+    def key_schema(self, relation: Relation) -> dict[str, Any] | None:
+        """The Avro key schema of ``relation``, ``None`` for a null key (for ``pgbridge schemas``)."""
+        return self._schemas(relation).key
+
+    def value_schema(self, relation: Relation) -> dict[str, Any]:
+        """The Avro value (envelope) schema of ``relation`` (for ``pgbridge schemas``)."""
+        return self._schemas(relation).value
+
+    def _key_indexes(self, relation: Relation) -> tuple[int, ...]:
+        positions = {c.name: i for i, c in enumerate(relation.columns)}
+        names = self._key_resolver(relation)
+        unknown = [n for n in names if n not in positions]
+        if unknown:
+            raise EncodeError(f"key column(s) {', '.join(unknown)} of {relation.namespace}.{relation.name} "
+                              "are not in the published columns",
+                              hint="publish the key columns (publication column lists must include them)")
+        return tuple(positions[n] for n in names)
+
+    def _schemas(self, relation: Relation) -> _TableSchemas:
+        codecs = schemas.column_codecs(relation, self._type_names)
+        names = schemas.field_names(relation.columns)
+        namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
+        key_indexes = self._key_indexes(relation)
+        key = schemas.key_schema(namespace, relation, codecs, names, key_indexes)
+        value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names))
+        return _TableSchemas(codecs, key_indexes, key, value)
+
+    def _header(self, subject: str, schema: Schema) -> bytes:
+        cache_key = (subject, fingerprint64(schema))
+        header = self._headers.get(cache_key)
+        if header is None:
+            header = self._registrar.header_for(subject, schema)
+            self._headers[cache_key] = header
+        return header
+
+    def _compile(self, relation: Relation) -> _TablePlan:
+        codecs, key_indexes, key, value = self._schemas(relation)
+        for schema in (key, value):
+            if schema is not None:
+                try:
+                    parse_schema(schema)
+                except Exception as exc:  # fastavro raises plain exceptions of several kinds
+                    raise SchemaError(f"writer schema of {relation.namespace}.{relation.name} is invalid: {exc}",
+                                      hint="report this as a pgbridge bug with the table's definition") from exc
+        topic = self.topic_for(relation)
+        key_header = self._header(f"{topic}-key", key) if key is not None else b""
+        value_header = self._header(f"{topic}-value", value)
+        return _TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
+                          key_indexes=key_indexes, key_schema=key, value_schema=value,
+                          key_header=key_header, value_header=value_header)
+
+    def _plan(self, relation: Relation) -> _TablePlan:
+        """The plan of a Relation version: by identity first (the relation cache hands out the
+        same object), then by content without ``xid`` (a streamed transaction re-sends an equal
+        Relation carrying its xid; that must not compile or register again)."""
+        entry = self._by_identity.get(id(relation))
+        if entry is not None and entry[0] is relation:
+            return entry[1]
+        shape = (relation.rel_id, relation.namespace, relation.name, relation.replica_identity, relation.columns)
+        plan = self._by_shape.get(shape)
+        if plan is None:
+            plan = self._compile(relation)
+            if len(self._by_shape) >= _PLAN_CACHE_SIZE:
+                del self._by_shape[next(iter(self._by_shape))]
+            self._by_shape[shape] = plan
+        if len(self._by_identity) >= _PLAN_CACHE_SIZE:
+            self._by_identity.clear()
+        self._by_identity[id(relation)] = (relation, plan)  # holds the object, so its id stays unique
+        return plan
+
+    # -- row changes -----------------------------------------------------------------------------
+
+    def _context(self, ctx: EventContext) -> tuple[bytes, bytes, bytes]:
+        """(commit_lsn + xid + ts_us, origin, transaction id) bodies; cached per transaction."""
+        key = (ctx.commit_lsn, ctx.xid, ctx.ts_us, ctx.origin)
+        if key != self._context_key:
+            origin = NULL_BRANCH if ctx.origin is None else VALUE_BRANCH + write_string(ctx.origin)
+            self._context_bytes = (write_long(ctx.commit_lsn) + write_long(ctx.xid) + write_long(ctx.ts_us),
+                                   origin, write_string(f"{ctx.xid}:{ctx.commit_lsn}"))
+            self._context_key = key
+        return self._context_bytes
+
+    def _envelope(self, plan: _TablePlan, op: bytes, before: TupleData | None, after: TupleData | None,
+                  lsn: int, ctx: EventContext, snapshot: bool, in_transaction: bool) -> bytes:
+        parts = [plan.value_header]
+        if before is None:
+            parts.append(NULL_BRANCH)
+        else:
+            parts.append(VALUE_BRANCH)
+            plan.write_row(before, parts)
+        unchanged = None
+        if after is None:
+            parts.append(NULL_BRANCH)
+        else:
+            parts.append(VALUE_BRANCH)
+            unchanged = plan.write_row(after, parts)
+        source_tail, origin, transaction_id = self._context(ctx)
+        parts += (op, plan.source_head, write_long(lsn), source_tail, TRUE if snapshot else FALSE, origin)
+        if in_transaction:
+            parts += (VALUE_BRANCH, transaction_id, write_long(ctx.total_order), write_long(ctx.collection_order))
+        else:
+            parts.append(NULL_BRANCH)
+        parts.append(EMPTY_ARRAY if unchanged is None else write_string_array(unchanged))
+        return b"".join(parts)
+
+    def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:
+        """Records of an insert, update or delete, in the order they must be produced."""
+        plan = self._plan(change.relation)
+        op = change.op
+        if op == "c":
+            new = _require(change.new, "insert", plan)
+            value = self._envelope(plan, _OP_CREATE, None, new, change.lsn, ctx, ctx.snapshot, True)
+            return [OutRecord(plan.topic, plan.required_key(new, None, "insert"), value)]
+        if op == "u":
+            new = _require(change.new, "update", plan)
+            old = change.old if change.old_kind is not None else None
+            key = plan.required_key(new, old, "update")
+            value = self._envelope(plan, _OP_UPDATE, old, new, change.lsn, ctx, ctx.snapshot, True)
+            record = OutRecord(plan.topic, key, value)
+            if old is not None and key is not None:
+                # Without every old key column (a replica identity narrower than the key) a change
+                # of key cannot be seen; with them, a different old key is tombstoned first.
+                old_key = plan.key_of(old, None)
+                if old_key is not None and old_key != key:
+                    return [OutRecord(plan.topic, old_key, None), record]
+            return [record]
+        if op == "d":
+            old = _require(change.old, "delete", plan)
+            key = plan.required_key(old, None, "delete")
+            value = self._envelope(plan, _OP_DELETE, old, None, change.lsn, ctx, ctx.snapshot, True)
+            if key is None:
+                return [OutRecord(plan.topic, None, value)]
+            return [OutRecord(plan.topic, key, value), OutRecord(plan.topic, key, None)]
+        raise EncodeError(f"unknown change op {op!r} on {plan.table}")
+
+    def encode_snapshot_row(self, relation: Relation, row: TupleData, ctx: EventContext) -> OutRecord:
+        """A row read by the initial snapshot: op ``r``, ``source.snapshot`` true, no transaction
+        block, ``source.lsn`` the snapshot's LSN (``ctx.commit_lsn``)."""
+        plan = self._plan(relation)
+        value = self._envelope(plan, _OP_READ, None, row, ctx.commit_lsn, ctx, True, False)
+        return OutRecord(plan.topic, plan.required_key(row, None, "snapshot read"), value)
+
+    def encode_truncate(self, change: TruncateChange, relation: Relation, ctx: EventContext) -> OutRecord:
+        """The truncate event of one of ``change.relations``: null key, ``before``/``after`` null."""
+        plan = self._plan(relation)
+        value = self._envelope(plan, _OP_TRUNCATE, None, None, change.lsn, ctx, ctx.snapshot, True)
+        return OutRecord(plan.topic, None, value)
+
+    # -- messages and transaction boundaries -----------------------------------------------------
+
+    def _fixed_record(self, topic: str, key_name: str, key: Mapping[str, Any], value_name: str,
+                      value: Mapping[str, Any]) -> OutRecord:
+        key_record, value_record = self._fixed[key_name], self._fixed[value_name]
+        key_header = self._header(f"{topic}-key", key_record.schema)
+        value_header = self._header(f"{topic}-value", value_record.schema)
+        return OutRecord(topic, key_record.write(key_header, key, self._buffer),
+                         value_record.write(value_header, value, self._buffer))
+
+    def encode_message(self, prefix: str, content: bytes, lsn: int, ctx: EventContext | None,
+                       transactional: bool) -> OutRecord:
+        """A ``pg_logical_emit_message`` to ``{prefix}.messages``, keyed by its prefix.
+
+        ``ctx`` is the enclosing transaction (``None`` for a non-transactional message, whose
+        commit fields and transaction block are then null).
+        """
+        value: dict[str, Any] = {"prefix": prefix, "content": bytes(content), "transactional": transactional,
+                                 "db": self._database, "lsn": lsn, "commit_lsn": None, "xid": None,
+                                 "ts_us": None, "origin": None, "transaction": None}
+        if ctx is not None:
+            value.update(commit_lsn=ctx.commit_lsn, xid=ctx.xid, ts_us=ctx.ts_us, origin=ctx.origin,
+                         transaction={"id": f"{ctx.xid}:{ctx.commit_lsn}", "total_order": ctx.total_order,
+                                      "data_collection_order": ctx.collection_order})
+        return self._fixed_record(self.messages_topic, "message_key", {"prefix": prefix}, "message", value)
+
+    def encode_tx_boundary(self, *, status: Literal["BEGIN", "END"], xid: int, commit_lsn: int, ts_us: int,
+                           event_count: int, per_table: Mapping[str, int]) -> OutRecord:
+        """BEGIN or END of a transaction to ``{prefix}.transactions``, keyed by the transaction id.
+
+        As in Debezium, counts are only on END (``event_count`` and ``per_table`` are ignored for
+        BEGIN): a plain transaction's BEGIN is published before its changes are known.
+        ``per_table`` keeps the caller's order (first event of each table).
+        """
+        if status not in ("BEGIN", "END"):
+            raise ValueError(f"transaction boundary status must be BEGIN or END, not {status!r}")
+        transaction_id = f"{xid}:{commit_lsn}"
+        end = status == "END"
+        value = {"status": status, "id": transaction_id, "event_count": event_count if end else None,
+                 "data_collections": [{"data_collection": table, "event_count": count}
+                                      for table, count in per_table.items()] if end else None,
+                 "ts_us": ts_us, "commit_lsn": commit_lsn, "xid": xid}
+        return self._fixed_record(self.transactions_topic, "transaction_key", {"id": transaction_id},
+                                  "transaction_boundary", value)
+
+
+class _FixedRecord:
+    """A fixed-layout record written with fastavro (low volume: exact over fast)."""
+
+    __slots__ = ("parsed", "schema")
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.parsed = parse_schema(schema)
+
+    def write(self, header: bytes, datum: Mapping[str, Any], buffer: io.BytesIO) -> bytes:
+        buffer.seek(0)
+        buffer.truncate()
+        buffer.write(header)
+        schemaless_writer(buffer, self.parsed, datum)
+        return buffer.getvalue()
+
+
+def _require(row: TupleData | None, op: str, plan: _TablePlan) -> TupleData:
+    if row is None:
+        raise EncodeError(f"{op} on {plan.table} arrived without its row image",
+                          hint="the assembled change is malformed; report this as a pgbridge bug")
+    return row

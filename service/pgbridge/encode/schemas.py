@@ -1,0 +1,237 @@
+"""Writer schemas: the shared parts in ``schemas/*.avsc``, composed with each table's row record.
+
+The ``.avsc`` files are the single source of truth for every fixed part of the output (the
+envelope's fields, ``source``, ``transaction``, the message and transaction-boundary records).
+They are package data (``service/pgbridge/schemas`` links to the top-level ``schemas/``) and are
+read through ``importlib.resources``, so an installed wheel finds them as well as a checkout.
+
+Shared named types are referenced by full name (``"pgbridge.Source"``) in the files; ``compose``
+replaces the first reference in a schema with the definition, which is what Avro requires of a
+self-contained writer schema. Per table, the namespace is ``{prefix}.{schema}.{table}`` made into
+valid Avro names (as Debezium does) and holds the records ``Key``, ``Value`` and ``Envelope``.
+
+The encoder writes the envelope's binary form by hand for speed, so ``check_envelope_layout``
+compares the loaded files with the layout that code writes and refuses to start on a mismatch:
+editing a file without the encoder cannot silently produce records that misdecode.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterable, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from pgbridge.decode.messages import Column, Relation
+from pgbridge.encode.typemap import TypeCodec, TypeNames, codec_for
+from pgbridge.encode.wire import PRIMITIVES
+from pgbridge.errors import SchemaError
+
+Schema = dict[str, Any]
+
+SCHEMA_FILES: Final = ("source", "transaction", "envelope", "message", "message_key",
+                       "transaction_boundary", "transaction_key")
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+@cache
+def _load(name: str) -> str:
+    try:
+        return resources.files("pgbridge").joinpath("schemas", f"{name}.avsc").read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise SchemaError(f"schema file {name}.avsc is missing from the pgbridge package",
+                          hint="reinstall pgbridge; the wheel must include pgbridge/schemas/*.avsc") from exc
+
+
+def load_schema(name: str) -> Schema:
+    """A fresh copy of ``schemas/{name}.avsc`` as parsed JSON (callers may modify it)."""
+    schema = json.loads(_load(name))
+    if not isinstance(schema, dict):
+        raise SchemaError(f"{name}.avsc is not an Avro record schema")
+    return schema
+
+
+def _full(name: str, namespace: str | None) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+@cache
+def _shared_library() -> Mapping[str, str]:
+    """Full name → JSON text of the named type each namespaced schema file defines at its top."""
+    library = {}
+    for name in SCHEMA_FILES:
+        schema = load_schema(name)
+        if schema.get("namespace"):
+            library[_full(schema["name"], schema["namespace"])] = _load(name)
+    return library
+
+
+def compose(schema: Schema, definitions: Mapping[str, Schema] | None = None) -> Schema:
+    """Replace the first reference to each shared named type with its definition.
+
+    ``definitions`` adds named types of the caller's own by full name (a table's ``Value``);
+    shared types come from ``schemas/``. Later references stay names, so each type is defined
+    exactly once, as a self-contained Avro schema requires.
+    """
+    library = {**{k: json.dumps(v) for k, v in (definitions or {}).items()}, **_shared_library()}
+    defined: set[str] = set()
+
+    def walk(node: Any, namespace: str | None) -> Any:
+        if isinstance(node, str):
+            full = _full(node, namespace)
+            if node in PRIMITIVES or full in defined or full not in library:
+                return node
+            return walk(json.loads(library[full]), namespace)
+        if isinstance(node, list):
+            return [walk(branch, namespace) for branch in node]
+        if not isinstance(node, dict):
+            return node
+        out = dict(node)
+        kind = node["type"]
+        if kind in ("record", "error", "enum", "fixed"):
+            full = _full(node["name"], node.get("namespace") or namespace)
+            defined.add(full)
+            if kind in ("record", "error"):
+                inner = full.rpartition(".")[0] or None
+                out["fields"] = [{**f, "type": walk(f["type"], inner)} for f in node["fields"]]
+        elif kind == "array":
+            out["items"] = walk(node["items"], namespace)
+        elif kind == "map":
+            out["values"] = walk(node["values"], namespace)
+        else:
+            out["type"] = walk(kind, namespace)
+        return out
+
+    composed: Schema = walk(schema, schema.get("namespace"))
+    return composed
+
+
+@cache
+def shared_schema(name: str) -> str:
+    """``schemas/{name}.avsc`` composed (shared types inlined), as JSON text to copy from."""
+    return json.dumps(compose(load_schema(name)))
+
+
+def standalone_schema(name: str) -> Schema:
+    """A self-contained writer schema for one of the fixed records (message, boundaries, keys)."""
+    schema: Schema = json.loads(shared_schema(name))
+    return schema
+
+
+# --- the envelope layout the encoder writes -------------------------------------------------------
+
+SOURCE_LAYOUT: Final = (("db", "string"), ("schema", "string"), ("table", "string"), ("lsn", "long"),
+                        ("commit_lsn", "long"), ("xid", "long"), ("ts_us", "long"),
+                        ("snapshot", "boolean"), ("origin", ["null", "string"]))
+TRANSACTION_LAYOUT: Final = (("id", "string"), ("total_order", "long"), ("data_collection_order", "long"))
+ENVELOPE_LAYOUT: Final = (("before", ["null", "Value"]), ("after", ["null", "Value"]), ("op", "string"),
+                          ("source", "pgbridge.Source"), ("transaction", ["null", "pgbridge.Transaction"]),
+                          ("unchanged_toast_columns", {"type": "array", "items": "string"}))
+
+
+def _layout(schema: Schema) -> tuple[tuple[str, Any], ...]:
+    return tuple((f["name"], f["type"]) for f in schema["fields"])
+
+
+@cache
+def check_envelope_layout() -> None:
+    """Raise ``SchemaError`` unless the envelope files have exactly the fields the encoder writes."""
+    for name, expected in (("source", SOURCE_LAYOUT), ("transaction", TRANSACTION_LAYOUT),
+                           ("envelope", ENVELOPE_LAYOUT)):
+        actual = _layout(load_schema(name))
+        if actual != expected:
+            raise SchemaError(f"schemas/{name}.avsc does not match the layout the encoder writes: "
+                              f"{actual} != {expected}",
+                              hint="change encode/envelope.py together with the schema file")
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+_INVALID_NAME_CHAR: Final = re.compile(r"[^A-Za-z0-9_]")
+_VALID_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def avro_name(text: str) -> str:
+    """A valid Avro name for ``text``: other characters become ``_``, a leading digit gets ``_``."""
+    name = _INVALID_NAME_CHAR.sub("_", text)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def table_namespace(topic_prefix: str, schema: str, table: str) -> str:
+    """``{prefix}.{schema}.{table}`` as an Avro namespace; the prefix may itself contain dots."""
+    parts = [avro_name(p) for p in topic_prefix.split(".")]
+    return ".".join([*parts, avro_name(schema), avro_name(table)])
+
+
+def field_names(columns: Iterable[Column]) -> tuple[str, ...]:
+    """One distinct Avro field name per column, in column order.
+
+    Names that are already valid keep priority, so ``a_b`` stays ``a_b`` even if a column
+    ``a-b`` comes first; that one becomes ``a_b_2``.
+    """
+    names = [c.name for c in columns]
+    out: list[str | None] = [n if _VALID_NAME.fullmatch(n) else None for n in names]
+    used = {n for n in out if n is not None}
+    for i, name in enumerate(names):
+        if out[i] is not None:
+            continue
+        base = candidate = avro_name(name)
+        suffix = 2
+        while candidate in used:
+            candidate = f"{base}_{suffix}"
+            suffix += 1
+        used.add(candidate)
+        out[i] = candidate
+    return tuple(n for n in out if n is not None)
+
+
+# --- per-table schemas ----------------------------------------------------------------------------
+
+
+def column_codecs(relation: Relation, type_names: TypeNames | None) -> tuple[TypeCodec, ...]:
+    return tuple(codec_for(c.type_oid, c.type_modifier, type_names) for c in relation.columns)
+
+
+def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schema:
+    avro = copy.deepcopy(codec.avro)
+    out: Schema = {"name": name, "type": ["null", avro] if nullable else avro}
+    if nullable:
+        out["default"] = None
+    out["pg_type"] = codec.pg_type
+    if name != column.name:
+        out["pg_name"] = column.name
+    out.update(codec.attributes)
+    return out
+
+
+def row_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...],
+               names: tuple[str, ...]) -> Schema:
+    """The ``Value`` record: every column, every field ``["null", T]`` with default null."""
+    return {"type": "record", "name": "Value", "namespace": namespace,
+            "fields": [_field(n, c, k, True) for n, c, k in zip(names, relation.columns, codecs, strict=True)]}
+
+
+def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...], names: tuple[str, ...],
+               key_indexes: tuple[int, ...]) -> Schema | None:
+    """The ``Key`` record of the key columns in key order, or ``None`` when there are none.
+
+    Key fields are not nullable: primary-key and replica-identity-index columns are NOT NULL in
+    Postgres, and a non-null key keeps compaction and partitioning well defined.
+    """
+    if not key_indexes:
+        return None
+    return {"type": "record", "name": "Key", "namespace": namespace,
+            "fields": [_field(names[i], relation.columns[i], codecs[i], False) for i in key_indexes]}
+
+
+def envelope_schema(namespace: str, row: Schema) -> Schema:
+    """The ``Envelope`` (value schema) of a table: ``schemas/envelope.avsc`` with ``Value`` = ``row``."""
+    check_envelope_layout()
+    template = load_schema("envelope")
+    envelope = {"type": template.pop("type"), "name": template.pop("name"), "namespace": namespace, **template}
+    return compose(envelope, {f"{namespace}.Value": row})
