@@ -78,10 +78,3 @@ class Metrics:
                                             [LABEL_TABLE], registry=r)
         self.streaming = Gauge(STREAMING, "1 while streaming with Postgres and Kafka reachable",
                                registry=r)
-        self._spilled_seen = 0
-
-    def set_spilled_total(self, total: int) -> None:
-        """Advance the spill counter to an absolute total reported by the assembler."""
-        if total > self._spilled_seen:
-            self.spilled_bytes.inc(total - self._spilled_seen)
-            self._spilled_seen = total

@@ -145,6 +145,7 @@ class Session:
         self._messages_topic = messages_topic(self._prefix)
         self._transactions_topic = transactions_topic(self._prefix)
         self._key_cache: dict[tuple[int, tuple[str, ...]], tuple[str, ...]] = {}
+        self._spilled_seen = 0
 
     # -- set-up ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -302,7 +303,10 @@ class Session:
         metrics.server_wal_lsn.set(server)
         metrics.replication_lag_bytes.set(max(0, server - confirm))
         metrics.buffered_bytes.set(assembler.buffered_bytes)
-        metrics.set_spilled_total(assembler.spilled_bytes_total)
+        spilled = assembler.spilled_bytes_total
+        if spilled > self._spilled_seen:
+            metrics.spilled_bytes.inc(spilled - self._spilled_seen)
+            self._spilled_seen = spilled
         metrics.queue_depth.set(self.tracker.in_flight)
 
     def _handle(self, event: AssembledEvent) -> None:

@@ -20,6 +20,8 @@ from pgbridge.lsn import Lsn, parse_lsn
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME: Final = "pgbridge"
+SESSION_OPTIONS: Final = ("-c DateStyle=ISO -c IntervalStyle=postgres -c extra_float_digits=3"
+                          " -c bytea_output=hex")
 
 # SQLSTATEs that no reconnect will fix.
 _FATAL_SQLSTATES: Final = {
@@ -50,6 +52,11 @@ def build_conninfo(dsn: str, *, replication: bool, connect_timeout_s: float) -> 
         }
         if replication:
             kwargs["replication"] = "database"
+        # The text parsers of encode/ and snapshot/ rely on these output formats, whatever the
+        # server's or role's defaults are.
+        user_options = str(conninfo_to_dict(dsn).get("options") or "")
+        kwargs["options"] = f"{user_options} {SESSION_OPTIONS}".strip()
+        kwargs["client_encoding"] = "UTF8"
         return make_conninfo(dsn, **kwargs)
     except Exception as exc:  # psycopg.ProgrammingError on a malformed DSN
         raise ConfigError("postgres.dsn is not a valid libpq connection string or URI",

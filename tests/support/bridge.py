@@ -1,0 +1,150 @@
+"""Run pgbridge for integration tests: as a child process (to SIGKILL it) and read what it wrote."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgbridge.consumer import SchemaStore
+from tests.support.kafka import Record, list_topics, read_topic, read_topics
+from tests.support.ports import free_port
+
+
+def bridge_env(
+    dsn: str, bootstrap: str, prefix: str, *, slot: str | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PGBRIDGE_")}
+    env.update(
+        {
+            "PGBRIDGE_POSTGRES__DSN": dsn,
+            "PGBRIDGE_POSTGRES__SLOT": slot or prefix,
+            "PGBRIDGE_POSTGRES__PUBLICATION": prefix,
+            "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "PGBRIDGE_KAFKA__TOPIC_PREFIX": prefix,
+            "PGBRIDGE_POSTGRES__STATUS_INTERVAL_S": "0.5",
+            "PGBRIDGE_HTTP__PORT": "0",
+            "PGBRIDGE_BUFFER__SPILL_DIR": tempfile.mkdtemp(prefix="pgbridge-spill-"),
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class BridgeProcess:
+    """``python -m pgbridge run`` as a child process, with its stderr kept in a file."""
+
+    env: dict[str, str]
+    log_path: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="pgbridge-", suffix=".log")[1])
+    )
+    process: subprocess.Popen[bytes] | None = None
+    http_port: int | None = None
+
+    def start(self, *, http: bool = False) -> BridgeProcess:
+        env = dict(self.env)
+        if http:
+            self.http_port = free_port()
+            env["PGBRIDGE_HTTP__PORT"] = str(self.http_port)
+            env["PGBRIDGE_HTTP__HOST"] = "127.0.0.1"
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pgbridge", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> BridgeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+@dataclass(frozen=True)
+class Event:
+    """A decoded table record: the envelope (None for a tombstone) with its Kafka coordinates."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: dict[str, Any] | None
+
+
+def load_schemas(bootstrap: str, prefix: str, *, timeout: float = 30.0) -> SchemaStore:
+    store = SchemaStore()
+    for record in read_topic(bootstrap, f"{prefix}._schemas", min_count=1, timeout=timeout, idle=1.0):
+        assert record.key is not None and record.value is not None
+        store.add(record.key, record.value)
+    return store
+
+
+def decode_records(store: SchemaStore, records: Iterable[Record]) -> list[Event]:
+    return [
+        Event(r.topic, r.partition, r.offset, store.decode(r.key), store.decode(r.value)) for r in records
+    ]
+
+
+def read_events(
+    bootstrap: str, topic: str, prefix: str, *, min_count: int, timeout: float = 60.0, idle: float = 2.0
+) -> list[Event]:
+    records = read_topic(bootstrap, topic, min_count=min_count, timeout=timeout, idle=idle)
+    return decode_records(load_schemas(bootstrap, prefix), records)
+
+
+def change_events(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Envelopes only (no tombstones), ordered by (commit_lsn, total_order) then offset."""
+    values = [e.value for e in events if e.value is not None]
+    return sorted(
+        values, key=lambda v: (v["source"]["commit_lsn"], (v["transaction"] or {}).get("total_order", 0))
+    )
+
+
+def wait_for_count(bootstrap: str, topic: str, count: int, timeout: float) -> list[Record]:
+    deadline = time.monotonic() + timeout
+    records: list[Record] = []
+    while time.monotonic() < deadline:
+        if topic in list_topics(bootstrap):
+            records = read_topic(bootstrap, topic, timeout=timeout, idle=0.5)
+            if len(records) >= count:
+                return records
+        time.sleep(0.5)
+    raise AssertionError(f"{topic}: expected at least {count} records, read {len(records)}")
+
+
+__all__ = [
+    "BridgeProcess",
+    "Event",
+    "bridge_env",
+    "change_events",
+    "decode_records",
+    "load_schemas",
+    "read_events",
+    "read_topics",
+    "wait_for_count",
+]
