@@ -39,6 +39,10 @@ class BrokerUnavailable(TransientError):
     """Kafka could not be reached or a delivery failed; nothing past it is confirmed."""
 
 
+class SlotInUse(TransientError):
+    """Another process streams from the slot; wait for it to let go (this is also HA standby)."""
+
+
 class FatalError(PgbridgeError):
     """A failure that retrying will not fix; the process stops without confirming further."""
 

@@ -46,7 +46,7 @@ from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.encode.wire import SingleObjectRegistrar
-from pgbridge.errors import BrokerUnavailable, FatalError, SlotError, SourceUnavailable, TransientError
+from pgbridge.errors import BrokerUnavailable, FatalError, SlotInUse, SourceUnavailable, TransientError
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
 from pgbridge.publish.producer import KafkaPublisher
@@ -173,8 +173,8 @@ class Session:
         else:
             slots.validate_slot(info, database=database)
             if info.active:
-                raise SlotError(f"replication slot {pg.slot} is in use by pid {info.active_pid}",
-                                hint="another pgbridge (or client) is streaming from it; stop it first")
+                raise SlotInUse(f"replication slot {pg.slot} is in use by pid {info.active_pid}; "
+                                "waiting for it to be released")
             if slots.slot_info(self.sql, pending) is not None:
                 slots.drop_slot(self.sql, pending)
         proto = negotiate_proto_version(self.repl.server_version, pg.proto_version)

@@ -14,7 +14,7 @@ from typing import Final
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgbridge.errors import ConfigError, FatalError, SlotError, SourceUnavailable
+from pgbridge.errors import ConfigError, FatalError, SlotError, SlotInUse, SourceUnavailable
 from pgbridge.lsn import Lsn, parse_lsn
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,7 @@ def result_error(result: pq.abc.PGresult, what: str) -> Exception:
         cls: type[FatalError] = SlotError if sqlstate in {"42704", "55000"} else FatalError
         return cls(f"{what} failed: {message}", hint=_FATAL_SQLSTATES[sqlstate])
     if sqlstate == "55006":  # object_in_use: slot active for another process
-        return SlotError(f"{what} failed: {message}",
-                         hint="another consumer holds the slot; stop it or wait for it to exit")
+        return SlotInUse(f"{what} failed: {message}")
     return SourceUnavailable(f"{what} failed: {message} (SQLSTATE {sqlstate or 'none'})")
 
 
