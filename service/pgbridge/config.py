@@ -26,6 +26,10 @@ DEFAULT_BUFFER_MEMORY_BYTES: Final = 64 * 1024 * 1024
 # Records handed to the producer but not yet acknowledged: the backpressure bound. At ~300 bytes a
 # record this caps the producer queue near 30 MiB while keeping enough in flight for throughput.
 DEFAULT_MAX_IN_FLIGHT: Final = 100_000
+# A record not acknowledged within this time fails the session, which then resumes from the
+# confirmed LSN with a new producer. Short enough that a broker that came back empty (its
+# idempotent-producer state lost) is recovered from in seconds, long enough for leader elections.
+DEFAULT_DELIVERY_TIMEOUT_MS: Final = 30_000
 
 
 class _Section(BaseModel):
@@ -71,7 +75,7 @@ class KafkaConfig(_Section):
     topic_prefix: str = "pgbridge"
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     linger_ms: int = Field(default=5, ge=0)
-    delivery_timeout_ms: int = Field(default=120_000, ge=1000)
+    delivery_timeout_ms: int = Field(default=DEFAULT_DELIVERY_TIMEOUT_MS, ge=1000)
     topic_partitions: int = Field(default=1, ge=1)
     topic_replication_factor: int = Field(default=-1)
     # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.

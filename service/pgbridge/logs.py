@@ -65,4 +65,6 @@ def configure_logging(level: str = "INFO", *, json_format: bool = False) -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger("librdkafka").setLevel(logging.WARNING)
+    # librdkafka logs every failed reconnect attempt; the producer's error callback already reports
+    # state changes once each, so its own log is only shown when debugging.
+    logging.getLogger("librdkafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)

@@ -99,10 +99,12 @@ class KafkaPublisher:
     def _on_client_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors: all brokers down means not ready; fatal means rebuild."""
         if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            if self.kafka_ok:
+                log.warning("Kafka unreachable", extra={"error": error.str()})
             self.kafka_ok = False
         if error.fatal() and self._error is None:
             self._error = BrokerUnavailable(f"Kafka producer fatal error: {error.str()}")
-        log.warning("kafka client error", extra={"error": error.str()})
+            log.error("Kafka producer fatal error", extra={"error": error.str()})
 
     def _record_failure(self, error: KafkaError) -> None:
         self._metrics.delivery_errors.inc()

@@ -1,0 +1,82 @@
+"""`pgbridge check` names each missing prerequisite with its fix; bad configuration exits 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from tests.support.broker import Broker
+from tests.support.ports import free_port
+from tests.support.postgres import PgClusterFactory
+
+pytestmark = pytest.mark.integration
+
+
+def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
+    return subprocess.run([sys.executable, "-m", "pgbridge", "check", *args], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def _env(dsn: str, bootstrap: str, **extra: str) -> dict[str, str]:
+    return {"PGBRIDGE_POSTGRES__DSN": dsn, "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "PGBRIDGE_POSTGRES__PUBLICATION": "pub", **extra}
+
+
+def test_check_passes_when_everything_is_in_place(pg_dsn: str, kafka_broker: Broker) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE good (id int PRIMARY KEY, v int); CREATE PUBLICATION pub FOR TABLE good")
+    result = _check(_env(pg_dsn, kafka_broker.bootstrap))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok:" in result.stdout
+
+
+def test_check_names_missing_publication_and_bad_replica_identity(pg_dsn: str, kafka_broker: Broker) -> None:
+    result = _check(_env(pg_dsn, kafka_broker.bootstrap))
+    assert result.returncode == 1
+    assert "publication pub does not exist" in result.stdout
+    assert "CREATE PUBLICATION pub" in result.stdout
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nokey (v int); CREATE TABLE nothing (id int PRIMARY KEY, doc text);"
+                     " ALTER TABLE nothing REPLICA IDENTITY NOTHING;"
+                     " CREATE PUBLICATION pub FOR TABLE nokey, nothing")
+    result = _check(_env(pg_dsn, kafka_broker.bootstrap))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any("public.nokey has no primary key" in line and "REPLICA IDENTITY FULL" in line for line in lines)
+    assert any("public.nothing has REPLICA IDENTITY NOTHING" in line and "fix:" in line for line in lines)
+    assert any("TOASTable columns (doc)" in line for line in lines)
+
+
+def test_check_names_wal_level_and_unreachable_kafka(pg_cluster_factory: PgClusterFactory) -> None:
+    cluster = pg_cluster_factory(15, {"wal_level": "replica"})
+    result = _check(_env(cluster.dsn(), f"127.0.0.1:{free_port()}",
+                         PGBRIDGE_POSTGRES__TABLES="public.missing"))
+    assert result.returncode == 1
+    assert "wal_level is replica" in result.stdout and "ALTER SYSTEM SET wal_level = logical" in result.stdout
+    assert "table public.missing in postgres.tables does not exist" in result.stdout
+    assert "Kafka at 127.0.0.1" in result.stdout and "unreachable" in result.stdout
+
+
+def test_check_reports_unreachable_postgres_without_the_password(kafka_broker: Broker) -> None:
+    dsn = f"postgresql://someone:topsecret@127.0.0.1:{free_port()}/db"
+    result = _check(_env(dsn, kafka_broker.bootstrap))
+    assert result.returncode == 1
+    assert "cannot connect to Postgres at 127.0.0.1" in result.stdout
+    assert "topsecret" not in result.stdout + result.stderr
+
+
+def test_bad_configuration_exits_2_with_one_line() -> None:
+    result = _check({"PGBRIDGE_POSTGRES__DSN": "x", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k",
+                     "PGBRIDGE_SNAPSHOT__MODE": "sometimes"})
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "snapshot.mode" in result.stderr
+    result = _check({}, "--config", "/nonexistent/pgbridge.yaml")
+    assert result.returncode == 2
+    assert "cannot read config file" in result.stderr
