@@ -121,7 +121,7 @@ def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
     admin = AdminClient(admin_config(settings.kafka))
     try:
         admin.list_topics(timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - any failure here means unreachable; report it as such
+    except Exception as exc:
         return [Problem("error", f"Kafka at {settings.kafka.bootstrap_servers} is unreachable ({exc})",
                         "check kafka.bootstrap_servers and that the broker is up")]
     return []

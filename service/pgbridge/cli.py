@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line, not a traceback
+    except Exception as exc:
         _report(exc, debug)
         return EXIT_FAILURE
 

