@@ -23,6 +23,8 @@ DEFAULT_STATUS_INTERVAL_S: Final = 5.0
 # Per buffered (streamed or prepared) transaction, bytes held in memory before spilling to disk.
 # 64 MiB keeps peak RSS of a single huge transaction well below a typical 256 MiB container limit.
 DEFAULT_BUFFER_MEMORY_BYTES: Final = 64 * 1024 * 1024
+# Schema Registry request timeout (see SchemaRegistryConfig.timeout_s).
+DEFAULT_REGISTRY_TIMEOUT_S: Final = 10.0
 # Records handed to the producer but not yet acknowledged: the backpressure bound. At ~300 bytes a
 # record this caps the producer queue near 30 MiB while keeping enough in flight for throughput.
 DEFAULT_MAX_IN_FLIGHT: Final = 100_000
@@ -90,8 +92,21 @@ class KafkaConfig(_Section):
 
 
 class SchemaRegistryConfig(_Section):
+    """Confluent-compatible Schema Registry; ``url`` unset means registry-less encoding."""
+
     url: str | None = None
-    basic_auth_user_info: SecretStr | None = None
+    basic_auth_user_info: SecretStr | None = None  # "user:password"
+    ssl_ca_location: str | None = None  # CA file or directory for an https registry; default: certifi
+    # Per HTTP request. A registry that does not answer in this time counts as unreachable, so the
+    # session restarts with backoff instead of hanging between two transactions.
+    timeout_s: float = Field(default=DEFAULT_REGISTRY_TIMEOUT_S, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value or None
 
 
 class SnapshotConfig(_Section):

@@ -39,6 +39,10 @@ class BrokerUnavailable(TransientError):
     """Kafka could not be reached or a delivery failed; nothing past it is confirmed."""
 
 
+class RegistryUnavailable(TransientError):
+    """The Schema Registry could not be reached, timed out or answered 5xx / 408 / 429."""
+
+
 class SlotInUse(TransientError):
     """Another process streams from the slot; wait for it to let go (this is also HA standby)."""
 
