@@ -32,6 +32,19 @@ DEFAULT_MAX_IN_FLIGHT: Final = 100_000
 # confirmed LSN with a new producer. Short enough that a broker that came back empty (its
 # idempotent-producer state lost) is recovered from in seconds, long enough for leader elections.
 DEFAULT_DELIVERY_TIMEOUT_MS: Final = 30_000
+# Slot safety query (pg_replication_slots, current WAL position): cheap, and 10 s resolves a WAL
+# rate forecast well within the minutes an operator has to react to a slot near invalidation.
+DEFAULT_SLOT_CHECK_INTERVAL_S: Final = 10.0
+# Heartbeat messages are off by default: the keepalive rule (ack/tracker.py) already confirms the
+# server position when nothing is outstanding. Turn them on (e.g. 60 s) for a database with no WAL
+# traffic of its own on a server whose other databases keep writing (RDS, shared clusters).
+DEFAULT_HEARTBEAT_INTERVAL_S: Final = 0.0
+# A standby polls the leader lock this often: the takeover time after the leader dies is about
+# this plus a connect and START_REPLICATION.
+DEFAULT_STANDBY_RETRY_S: Final = 1.0
+# A leader whose host vanished without closing its socket loses the lock (idle_session_timeout on
+# the lock's session) after this long; well above the leader's 1 s keep-alive query.
+DEFAULT_LEASE_S: Final = 10.0
 
 
 class _Section(BaseModel):
@@ -50,6 +63,8 @@ class PostgresConfig(_Section):
     origin: Literal["any", "none"] = "any"
     status_interval_s: float = Field(default=DEFAULT_STATUS_INTERVAL_S, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    slot_check_interval_s: float = Field(default=DEFAULT_SLOT_CHECK_INTERVAL_S, gt=0)
+    heartbeat_interval_s: float = Field(default=DEFAULT_HEARTBEAT_INTERVAL_S, ge=0)
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -124,6 +139,14 @@ class BufferConfig(_Section):
     spill_dir: Path = Path("/tmp/pgbridge-spill")
 
 
+class HaConfig(_Section):
+    """Active/standby replicas of one slot (leader.py)."""
+
+    leader_election: bool = True
+    standby_retry_s: float = Field(default=DEFAULT_STANDBY_RETRY_S, gt=0, le=60)
+    lease_s: float = Field(default=DEFAULT_LEASE_S, ge=2)
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     json_format: bool = Field(default=False, alias="json")
@@ -147,6 +170,7 @@ class Settings(BaseSettings):
     http: HttpConfig = HttpConfig()
     buffer: BufferConfig = BufferConfig()
     log: LogConfig = LogConfig()
+    ha: HaConfig = HaConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -197,9 +221,40 @@ def _describe(error: ValidationError) -> str:
     return f"invalid setting {path}: {first['msg']}"
 
 
+FILE_SUFFIX: Final = "_FILE"
+
+
+def resolve_file_secrets(env: dict[str, str]) -> dict[str, str]:
+    """``PGBRIDGE_X_FILE=/path`` → ``PGBRIDGE_X=<file content>``, for secrets mounted as files.
+
+    The Docker/Kubernetes convention (``POSTGRES_PASSWORD_FILE``): the value never enters the
+    environment of the orchestrator. One trailing newline is dropped. Setting both ``X`` and
+    ``X_FILE`` is an error rather than a silent precedence rule.
+    """
+    out = dict(env)
+    for key, value in env.items():
+        upper = key.upper()
+        if not upper.startswith("PGBRIDGE_") or not upper.endswith(FILE_SUFFIX) or upper == "PGBRIDGE_CONFIG":
+            continue
+        target = key[: -len(FILE_SUFFIX)]
+        if any(other.upper() == target.upper() for other in env):
+            raise ConfigError(f"both {target} and {key} are set", hint="keep only one of them")
+        try:
+            content = Path(value).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {key}={value}: {exc.strerror}",
+                              hint="mount the secret file or unset the variable") from None
+        del out[key]
+        out[target] = content[:-1] if content.endswith("\n") else content
+    return out
+
+
 def load_settings(config_file: str | Path | None = None, environ: dict[str, str] | None = None) -> Settings:
     """Build the settings from an optional YAML file and the environment; raise ``ConfigError``."""
     env = dict(os.environ if environ is None else environ)
+    resolved = resolve_file_secrets(env)
+    if resolved != env:
+        env = environ = resolved
     path = config_file or env.get("PGBRIDGE_CONFIG")
     file_data = _read_yaml(Path(path)) if path else {}
     unknown_env = sorted(

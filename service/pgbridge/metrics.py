@@ -26,11 +26,25 @@ RECONNECTS_TOTAL: Final = "pgbridge_reconnects_total"
 SNAPSHOT_ROWS_TOTAL: Final = "pgbridge_snapshot_rows_total"
 SNAPSHOT_ROWS_ESTIMATE: Final = "pgbridge_snapshot_rows_estimate"
 STREAMING: Final = "pgbridge_streaming"
+LEADER: Final = "pgbridge_leader"
+HEARTBEATS_TOTAL: Final = "pgbridge_heartbeats_total"
+SLOT_RETAINED_WAL_BYTES: Final = "pgbridge_slot_retained_wal_bytes"
+SLOT_SAFE_WAL_SIZE_BYTES: Final = "pgbridge_slot_safe_wal_size_bytes"
+SLOT_WAL_STATUS: Final = "pgbridge_slot_wal_status"
+SLOT_INVALIDATION_FORECAST_SECONDS: Final = "pgbridge_slot_invalidation_forecast_seconds"
+SERVER_WAL_RATE_BYTES: Final = "pgbridge_server_wal_rate_bytes_per_second"
 
 LABEL_TABLE: Final = "table"
 LABEL_OP: Final = "op"
 LABEL_OUTCOME: Final = "outcome"
 LABEL_TARGET: Final = "target"
+LABEL_STATUS: Final = "status"
+
+TARGET_POSTGRES: Final = "postgres"
+TARGET_KAFKA: Final = "kafka"
+
+# pg_replication_slots.wal_status values; exactly one of them is 1 at a time.
+WAL_STATUSES: Final = ("reserved", "extended", "unreserved", "lost")
 
 OUTCOME_COMMITTED: Final = "committed"
 OUTCOME_ABORTED: Final = "aborted"
@@ -78,3 +92,26 @@ class Metrics:
                                             [LABEL_TABLE], registry=r)
         self.streaming = Gauge(STREAMING, "1 while streaming with Postgres and Kafka reachable",
                                registry=r)
+        self.leader = Gauge(LEADER, "1 while this replica holds the leader lock (active), 0 on a standby",
+                            registry=r)
+        self.heartbeats = Counter(HEARTBEATS_TOTAL, "Heartbeat messages written with "
+                                  "pg_logical_emit_message", registry=r)
+        self.slot_retained_wal = Gauge(SLOT_RETAINED_WAL_BYTES, "WAL the slot keeps on the server: "
+                                       "current WAL position minus the slot's restart_lsn", registry=r)
+        self.slot_safe_wal_size = Gauge(SLOT_SAFE_WAL_SIZE_BYTES, "WAL that may still be written before "
+                                        "the slot is invalidated (+Inf without max_slot_wal_keep_size)",
+                                        registry=r)
+        self.slot_wal_status = Gauge(SLOT_WAL_STATUS, "1 for the slot's current wal_status",
+                                     [LABEL_STATUS], registry=r)
+        self.slot_invalidation_forecast = Gauge(
+            SLOT_INVALIDATION_FORECAST_SECONDS, "Seconds until the slot would be invalidated if "
+            "confirmation stopped now, at the current WAL rate (+Inf: no limit or no WAL traffic)",
+            registry=r)
+        self.server_wal_rate = Gauge(SERVER_WAL_RATE_BYTES, "Server WAL written per second, smoothed",
+                                     registry=r)
+        self.slot_safe_wal_size.set(float("inf"))
+        self.slot_invalidation_forecast.set(float("inf"))
+        for target in (TARGET_POSTGRES, TARGET_KAFKA):
+            self.reconnects.labels(target)
+        for outcome in (OUTCOME_COMMITTED,):
+            self.transactions.labels(outcome)
