@@ -1,0 +1,172 @@
+"""Large transactions that Postgres streams before they commit (``logical_decoding_work_mem=64kB``):
+rolled-back savepoints and aborted transactions never appear, committed ones come out whole, once,
+in commit order, through a small pgbridge buffer that spills to disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
+from tests.support.broker import Broker
+from tests.support.kafka import read_topic
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.transactions import (
+    consume_topic,
+    scrape_metrics,
+    slot_stream_stats,
+    streaming_cluster,
+    streaming_dsn,
+)
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+__all__ = ["streaming_cluster", "streaming_dsn"]  # fixtures used by name below
+
+SMALL_BUFFER = str(4 * 1024 * 1024)
+
+
+def _bridge(dsn: str, broker: Broker, prefix: str, **extra: str) -> BridgeProcess:
+    env = bridge_env(dsn, broker.bootstrap, prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.items", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_BUFFER__MEMORY_BYTES": SMALL_BUFFER, **extra})
+    bridge = BridgeProcess(env).start(http=True)
+    wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix), timeout=60,
+               message=f"slot never created: {bridge.log()}")
+    return bridge
+
+
+def _insert(conn: psycopg.Connection[Any], first: int, last: int, who: str = "x") -> None:
+    conn.execute("INSERT INTO items SELECT g, %s FROM generate_series(%s::bigint, %s::bigint) g",
+                 (who, first, last))
+
+
+def _survivors() -> Iterator[int]:
+    yield from range(1, 200_001)
+    yield from range(210_001, 500_001)
+    yield from range(510_001, 1_000_001)
+    yield from range(1_010_001, 1_030_001)
+
+
+@pytest.mark.slow
+def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_the_survivors_once(
+        streaming_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given
+    with psycopg.connect(streaming_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, who text)")
+    with _bridge(streaming_dsn, kafka_broker, topic_prefix) as bridge:
+        # when: one transaction; three savepoints rolled back (one of them with a released
+        # savepoint nested inside), one released savepoint survives
+        with psycopg.connect(streaming_dsn) as conn:
+            _insert(conn, 1, 200_000)
+            conn.execute("SAVEPOINT s1")
+            _insert(conn, 200_001, 210_000)
+            conn.execute("ROLLBACK TO SAVEPOINT s1")
+            _insert(conn, 210_001, 500_000)
+            conn.execute("SAVEPOINT s2")
+            _insert(conn, 500_001, 505_000)
+            conn.execute("SAVEPOINT s3")
+            _insert(conn, 505_001, 510_000)
+            conn.execute("RELEASE SAVEPOINT s3")
+            conn.execute("ROLLBACK TO SAVEPOINT s2")
+            conn.execute("SAVEPOINT s4")
+            _insert(conn, 510_001, 700_000)
+            conn.execute("RELEASE SAVEPOINT s4")
+            _insert(conn, 700_001, 1_000_000)
+            conn.execute("SAVEPOINT s5")
+            _insert(conn, 1_000_001, 1_010_000)
+            conn.execute("ROLLBACK TO SAVEPOINT s5")
+            _insert(conn, 1_010_001, 1_030_000)
+            conn.commit()
+
+        # then: exactly the 1,000,000 surviving rows, in insert order, each once, one transaction
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        expected = _survivors()
+        state: dict[str, Any] = {"n": 0, "commit_lsn": None}
+
+        def check(key: bytes | None, value: bytes | None) -> None:
+            assert value is not None
+            event = store.decode(value)
+            state["n"] += 1
+            assert event["after"]["id"] == next(expected), f"record {state['n']}"
+            assert event["transaction"]["total_order"] == state["n"]
+            if state["commit_lsn"] is None:
+                state["commit_lsn"] = event["source"]["commit_lsn"]
+            assert event["source"]["commit_lsn"] == state["commit_lsn"]
+
+        read = consume_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.items", check,
+                             count=1_000_000, timeout=900, idle=5.0)
+        assert read == 1_000_000
+        assert next(expected, None) is None
+        stats = slot_stream_stats(streaming_dsn, topic_prefix)
+        assert stats["stream_txns"] >= 1, stats  # Postgres really streamed it
+        assert bridge.http_port is not None
+        metrics = scrape_metrics(bridge.http_port)
+        assert metrics["pgbridge_spilled_bytes_total"] > 0, "the 4 MiB buffer never spilled"
+        assert metrics["pgbridge_buffered_bytes"] == 0
+        assert metrics['pgbridge_transactions_total{outcome="committed"}'] == 1
+        assert bridge.terminate() == 0, bridge.log()
+
+
+def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the_aborted_one_never(
+        streaming_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given
+    with psycopg.connect(streaming_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, who text)")
+    batch, rounds = 500, 12
+    base = {"a": 0, "b": 100_000, "c": 200_000}
+    with _bridge(streaming_dsn, kafka_broker, topic_prefix) as bridge:
+        # when: three transactions grow in interleaved batches, small committed transactions pass
+        # between them; then C aborts, B commits, A commits
+        conns = {who: psycopg.connect(streaming_dsn) for who in base}
+        plain = psycopg.connect(streaming_dsn, autocommit=True)
+        try:
+            for r in range(rounds):
+                for who, conn in conns.items():
+                    first = base[who] + r * batch + 1
+                    _insert(conn, first, first + batch - 1, who)
+                plain.execute("INSERT INTO items VALUES (%s, 'plain')", (300_000 + r,))
+            conns["c"].rollback()
+            conns["b"].commit()
+            plain.execute("INSERT INTO items VALUES (400000, 'between')")
+            conns["a"].commit()
+        finally:
+            for conn in conns.values():
+                conn.close()
+            plain.close()
+
+        # then
+        total = 2 * batch * rounds + rounds + 1
+        records = read_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.items", min_count=total,
+                             timeout=300, idle=3.0)
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        events = [store.decode(r.value) for r in records if r.value is not None]
+        assert len(events) == total
+        runs: list[tuple[int, list[dict[str, Any]]]] = []
+        for event in events:
+            commit_lsn = event["source"]["commit_lsn"]
+            if not runs or runs[-1][0] != commit_lsn:
+                runs.append((commit_lsn, []))
+            runs[-1][1].append(event)
+        commit_lsns = [commit_lsn for commit_lsn, _ in runs]
+        assert commit_lsns == sorted(set(commit_lsns)), "a transaction was split or out of commit order"
+        for _, run in runs:
+            assert [e["transaction"]["total_order"] for e in run] == list(range(1, len(run) + 1))
+        by_who = [(run[0]["after"]["who"], [e["after"]["id"] for e in run]) for _, run in runs]
+        assert by_who == [
+            *(("plain", [300_000 + r]) for r in range(rounds)),
+            ("b", list(range(base["b"] + 1, base["b"] + batch * rounds + 1))),
+            ("between", [400_000]),
+            ("a", list(range(base["a"] + 1, base["a"] + batch * rounds + 1))),
+        ]
+        stats = wait_until(lambda: (s := slot_stream_stats(streaming_dsn, topic_prefix))["stream_txns"] >= 3 and s,
+                           timeout=30, message="all three transactions streamed")
+        assert stats["stream_count"] > 3, stats  # in several blocks each, interleaved on the wire
+        assert bridge.http_port is not None
+        metrics = scrape_metrics(bridge.http_port)
+        assert metrics["pgbridge_buffered_bytes"] == 0
+        assert metrics['pgbridge_transactions_total{outcome="committed"}'] == rounds + 3
+        assert bridge.terminate() == 0, bridge.log()

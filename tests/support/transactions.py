@@ -1,0 +1,116 @@
+"""Helpers for the streamed and two-phase transaction tests: small-work-mem clusters, slot
+statistics, the bridge's own metrics, and a streaming topic reader for very large topics."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.kafka import list_topics
+from tests.support.postgres import (
+    SUPPORTED_VERSIONS,
+    PgCluster,
+    create_database,
+    drop_database,
+    execute,
+    start_cluster,
+)
+
+# Postgres streams (or, without streaming, spills) a transaction once its decoded changes exceed
+# this; 64kB is the minimum, so a few hundred rows are enough to make a transaction streamed.
+SMALL_WORK_MEM = {"logical_decoding_work_mem": "64kB"}
+
+
+@pytest.fixture(scope="module", params=SUPPORTED_VERSIONS, ids=[f"pg{v}" for v in SUPPORTED_VERSIONS])
+def streaming_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
+    """A cluster per supported version with ``logical_decoding_work_mem=64kB``, shared by a module."""
+    cluster = start_cluster(request.param, settings=SMALL_WORK_MEM)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def streaming_dsn(streaming_cluster: PgCluster) -> Iterator[str]:
+    """A fresh database on ``streaming_cluster``; dropped with its slots and prepared transactions."""
+    dbname = f"t_{uuid.uuid4().hex[:12]}"
+    create_database(streaming_cluster, dbname)
+    try:
+        yield streaming_cluster.dsn(dbname)
+    finally:
+        drop_database(streaming_cluster, dbname)
+
+
+def slot_stream_stats(dsn: str, slot: str) -> dict[str, int]:
+    """``pg_stat_replication_slots`` counters of ``slot`` (zeros until the walsender reports)."""
+    rows = execute(dsn, "SELECT stream_txns, stream_count, stream_bytes, spill_txns, total_txns "
+                        "FROM pg_stat_replication_slots WHERE slot_name = %s", (slot,))
+    names = ("stream_txns", "stream_count", "stream_bytes", "spill_txns", "total_txns")
+    return dict(zip(names, (int(v or 0) for v in rows[0]), strict=True)) if rows else dict.fromkeys(names, 0)
+
+
+def insert_lsn(conn: psycopg.Connection[Any]) -> int:
+    """The WAL insert position now, as an int (callable inside an open transaction)."""
+    row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """The bridge's /metrics as {sample name with labels: value}, e.g.
+    ``pgbridge_transactions_total{outcome="committed"}``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def consume_topic(bootstrap: str, topic: str, handle: Callable[[bytes | None, bytes | None], None], *,
+                  count: int, timeout: float, idle: float = 3.0) -> int:
+    """Feed every record of partition 0 of ``topic``, in offset order, to ``handle(key, value)``
+    without keeping them; returns how many were read. Stops once at least ``count`` were read and
+    nothing new came for ``idle`` seconds; fails after ``timeout`` seconds."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgbridge-test-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "allow.auto.create.topics": False, "fetch.wait.max.ms": 100})
+    read = 0
+    try:
+        deadline = time.monotonic() + timeout
+        while topic not in list_topics(bootstrap):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {topic} never appeared")
+            time.sleep(0.5)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        last_progress = time.monotonic()
+        while True:
+            batch = consumer.consume(num_messages=10_000, timeout=0.5)
+            for message in batch:
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise AssertionError(f"reading {topic} failed: {error}")
+                    continue
+                handle(message.key(), message.value())  # type: ignore[arg-type]
+                read += 1
+            now = time.monotonic()
+            if batch:
+                last_progress = now
+            if read >= count and now - last_progress >= idle:
+                return read
+            if now > deadline:
+                raise AssertionError(f"timed out after {timeout:g}s reading {topic}: {read} of {count} records")
+    finally:
+        consumer.close()
