@@ -47,8 +47,9 @@ from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.encode.wire import SingleObjectRegistrar
 from pgbridge.errors import BrokerUnavailable, FatalError, SlotInUse, SourceUnavailable, TransientError
+from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
-from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
+from pgbridge.metrics import OUTCOME_COMMITTED, TARGET_KAFKA, TARGET_POSTGRES, Metrics
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
@@ -56,6 +57,7 @@ from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import Keepalive, XLogData, parse_copy_message
+from pgbridge.source.monitor import HEARTBEAT_PREFIX, SlotIdentity, SlotMonitor, emit_heartbeat
 from pgbridge.source.stream import ReplicationStream
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class Health:
     streaming: bool = False
     kafka_ok: bool = True
     last_error: str | None = None
+    standby: bool = False
 
 
 @dataclass(slots=True)
@@ -123,7 +126,8 @@ class _OpenTransaction:
 class Session:
     """One connected attempt: SQL + replication connections and a producer, streaming until stopped."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, health: Health, stop: threading.Event, *,
+                 identity: SlotIdentity | None = None, lease: LeaderLease | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self.health = health
@@ -146,6 +150,11 @@ class Session:
         self._transactions_topic = transactions_topic(self._prefix)
         self._key_cache: dict[tuple[int, tuple[str, ...]], tuple[str, ...]] = {}
         self._spilled_seen = 0
+        self.identity = identity or SlotIdentity()
+        self.lease = lease
+        self.monitor: SlotMonitor | None = None
+        self._event_bytes: dict[str, object] = {}
+        self._next_heartbeat_at = time.monotonic() + settings.postgres.heartbeat_interval_s
 
     # -- set-up ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -169,17 +178,22 @@ class Session:
         info = slots.slot_info(self.sql, pg.slot)
         pending = f"{pg.slot}_snapshot"[:63]
         if info is None:
+            self.identity.missing(pg.slot)
             self._create_slot(database, pending)
         else:
             slots.validate_slot(info, database=database)
             if info.active:
                 raise SlotInUse(f"replication slot {pg.slot} is in use by pid {info.active_pid}; "
                                 "waiting for it to be released")
+            self.identity.verify_on_open(pg.slot, info.confirmed_flush_lsn)
             if slots.slot_info(self.sql, pending) is not None:
                 slots.drop_slot(self.sql, pending)
         proto = negotiate_proto_version(self.repl.server_version, pg.proto_version)
         options = replication_options(self.settings, proto, self.repl.server_version)
         self.repl.start_replication(pg.slot, INVALID_LSN, options)
+        self.identity.streaming()
+        self.monitor = SlotMonitor(pg.slot, self.metrics, interval_s=pg.slot_check_interval_s,
+                                   walsender_pid=self.repl.pgconn.backend_pid)
         self.stream = ReplicationStream(self.repl)
         self.decoder = PgoutputDecoder(proto)
         self.health.streaming = True
@@ -296,6 +310,7 @@ class Session:
                                                          reply_requested=reply_requested):
             self.stream.send_status(confirm)
             self.feedback.sent(now, confirm)
+            self.identity.sent(confirm)
         metrics = self.metrics
         metrics.confirmed_flush_lsn.set(confirm)
         metrics.received_lsn.set(self._received_lsn)
@@ -308,6 +323,28 @@ class Session:
             metrics.spilled_bytes.inc(spilled - self._spilled_seen)
             self._spilled_seen = spilled
         metrics.queue_depth.set(self.tracker.in_flight)
+        if self.lease is not None:
+            self.lease.check()
+        monitor = self.monitor
+        if monitor is not None and monitor.due(now) and self.sql is not None:
+            monitor.check(self.sql, now)
+        if self._next_heartbeat_at <= now:
+            self._heartbeat(now)
+
+    def _heartbeat(self, now: float) -> None:
+        interval = self.settings.postgres.heartbeat_interval_s
+        if interval <= 0 or self.sql is None:
+            self._next_heartbeat_at = float("inf")
+            return
+        self._next_heartbeat_at = now + interval
+        try:
+            emit_heartbeat(self.sql)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("heartbeat disabled: no permission for pg_logical_emit_message",
+                        extra={"error": exc.diag.message_primary})
+            self._next_heartbeat_at = float("inf")
+            return
+        self.metrics.heartbeats.inc()
 
     def _handle(self, event: AssembledEvent) -> None:
         encoder = self.encoder
@@ -322,9 +359,12 @@ class Session:
             ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
                                origin=tx.origin, total_order=tx.total_order,
                                collection_order=tx.per_table[table])
+            nbytes = 0
             for record in encoder.encode_row(event, ctx):
                 self._produce(record, tx.callback, tx.unit)
+                nbytes += len(record.value or b"") + len(record.key or b"")
             self._count_event(event.relation, event.op)
+            self._count_bytes(table, nbytes)
         elif isinstance(event, TxBegin):
             if self._tx is not None:
                 raise FatalError("transaction began while another was still open")
@@ -372,6 +412,8 @@ class Session:
             if self._tx is not None:
                 self._tx.origin = event.name
         elif isinstance(event, StandaloneMessage):
+            if event.prefix == HEARTBEAT_PREFIX:
+                return
             unit = self.tracker.open_unit()
             record = encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
             self._produce(record, self.publisher.callback_for(unit), unit)
@@ -395,6 +437,13 @@ class Session:
             self._event_counters[key] = counter
         counter.inc()  # type: ignore[attr-defined]
 
+    def _count_bytes(self, table: str, nbytes: int) -> None:
+        counter = self._event_bytes.get(table)
+        if counter is None:
+            counter = self.metrics.event_bytes.labels(table)
+            self._event_bytes[table] = counter
+        counter.inc(nbytes)  # type: ignore[attr-defined]
+
     def _completed(self, units: list[PublishSlot]) -> None:
         now_us = time.time() * 1_000_000
         for unit in units:
@@ -414,6 +463,7 @@ class Session:
             if self.stream is not None:
                 confirm = self.tracker.reported_lsn
                 self.stream.send_status(confirm)
+                self.identity.sent(confirm)
                 log.info("confirmed on shutdown", extra={"lsn": format_lsn(confirm)})
         finally:
             self.close()
@@ -439,32 +489,66 @@ class _StopRequested(Exception):
 
 
 def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
-    """Stream until ``stop`` is set; reconnect with capped exponential backoff on transient errors."""
+    """Stream until ``stop`` is set; reconnect with capped exponential backoff on transient errors.
+
+    With ``ha.leader_election`` the process first takes the leader lease (leader.py) and stands by,
+    not ready, until it has it; losing the lease's session ends the session and it stands by again.
+    """
+    ha = settings.ha
+    lease = LeaderLease(settings.postgres.dsn.get_secret_value(), settings.postgres.slot, metrics,
+                        retry_s=ha.standby_retry_s, lease_s=ha.lease_s,
+                        connect_timeout_s=settings.postgres.connect_timeout_s) if ha.leader_election else None
+    identity = SlotIdentity()
     backoff = BACKOFF_INITIAL_S
-    while not stop.is_set():
-        session = Session(settings, metrics, health, stop)
-        try:
-            session.open()
-            backoff = BACKOFF_INITIAL_S
-            health.last_error = None
-            session.run()
-            session.shutdown()
-            return
-        except _StopRequested:
-            session.shutdown()
-            return
-        except SnapshotInterrupted:
-            log.info("stopped during the initial snapshot; it restarts on the next start")
-            session.close()
-            return
-        except TransientError as exc:
-            health.last_error = str(exc)
-            target = "kafka" if isinstance(exc, BrokerUnavailable) else "postgres"
-            metrics.reconnects.labels(target).inc()
-            log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
-            session.close()
-        except BaseException:
-            session.close()
-            raise
-        stop.wait(backoff)
-        backoff = min(backoff * 2, BACKOFF_MAX_S)
+    try:
+        while not stop.is_set():
+            if lease is not None and not lease.held:
+                lease.release()
+                health.standby = True
+                if not lease.acquire(stop):
+                    return
+                health.standby = False
+                identity.new_term()  # another replica may have streamed from the slot meanwhile
+            session = Session(settings, metrics, health, stop, identity=identity, lease=lease)
+            try:
+                session.open()
+                backoff = BACKOFF_INITIAL_S
+                health.last_error = None
+                session.run()
+                session.shutdown()
+                return
+            except _StopRequested:
+                session.shutdown()
+                return
+            except SnapshotInterrupted:
+                log.info("stopped during the initial snapshot; it restarts on the next start")
+                session.close()
+                return
+            except LeadershipLost as exc:
+                health.last_error = str(exc)
+                log.warning("leadership lost; standing by", extra={"error": str(exc)})
+                session.close()
+                continue
+            except SlotInUse as exc:
+                # Another consumer streams: a standby (or a replica without the lease) polls at the
+                # standby interval so it takes over within seconds of the slot being released.
+                health.last_error = str(exc)
+                identity.new_term()
+                log.info("slot busy; waiting", extra={"error": str(exc), "retry_s": ha.standby_retry_s})
+                session.close()
+                stop.wait(ha.standby_retry_s)
+                continue
+            except TransientError as exc:
+                health.last_error = str(exc)
+                target = TARGET_KAFKA if isinstance(exc, BrokerUnavailable) else TARGET_POSTGRES
+                metrics.reconnects.labels(target).inc()
+                log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
+                session.close()
+            except BaseException:
+                session.close()
+                raise
+            stop.wait(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+    finally:
+        if lease is not None:
+            lease.release()

@@ -217,3 +217,22 @@ class SlotMonitor:
                         extra={"slot": self.slot, "wal_status": state.wal_status,
                                "safe_wal_size": state.safe_wal_size, "forecast_s": round(forecast)})
         self._warned_status = state.wal_status
+
+
+# Prefix of pgbridge's own heartbeat messages; the pipeline drops them instead of publishing them.
+HEARTBEAT_PREFIX: Final = "pgbridge.heartbeat"
+
+
+def emit_heartbeat(conn: psycopg.Connection[tuple[object, ...]]) -> Lsn:
+    """Write a non-transactional logical message into this database's WAL.
+
+    Decoding it wakes the walsender for *this* database, which then reports a WAL position past it;
+    with nothing outstanding the tracker confirms that position, so the slot's restart_lsn and
+    confirmed_flush_lsn keep moving even when the database itself is otherwise silent.
+    """
+    try:
+        row = conn.execute("SELECT pg_logical_emit_message(false, %s, ''::text)::text",
+                           (HEARTBEAT_PREFIX,)).fetchone()
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"heartbeat failed: {str(exc).strip()}") from None
+    return parse_lsn(str(row[0])) if row else Lsn(0)

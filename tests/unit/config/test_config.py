@@ -92,3 +92,35 @@ def test_redaction_hides_passwords_in_dsns_and_uris() -> None:
     assert "pw" not in redact("connect host=a password=pw dbname=x")
     assert "pw" not in redact("postgresql://user:pw@host/db")
     assert "secret" not in redact("sasl.password=secret")
+
+
+def test_secrets_can_come_from_mounted_files(tmp_path: Path) -> None:
+    dsn_file = tmp_path / "dsn"
+    dsn_file.write_text("postgresql://u:from-file@db/app\n")
+    sasl_file = tmp_path / "sasl"
+    sasl_file.write_text("sasl-secret")
+    env = {"PGBRIDGE_POSTGRES__DSN_FILE": str(dsn_file), "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092",
+           "PGBRIDGE_KAFKA__PROPERTIES__SASL.PASSWORD_FILE": str(sasl_file)}
+    settings = load_settings(environ=env)
+    assert settings.postgres.dsn.get_secret_value() == "postgresql://u:from-file@db/app"
+    assert settings.kafka.properties["sasl.password"].get_secret_value() == "sasl-secret"
+    assert "from-file" not in repr(settings) and "sasl-secret" not in repr(settings)
+
+
+def test_a_secret_set_both_directly_and_from_a_file_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "dsn").write_text("host=x")
+    with pytest.raises(ConfigError, match="both PGBRIDGE_POSTGRES__DSN and PGBRIDGE_POSTGRES__DSN_FILE"):
+        load_settings(environ={**BASE, "PGBRIDGE_POSTGRES__DSN_FILE": str(tmp_path / "dsn")})
+
+
+def test_a_missing_secret_file_names_the_variable(tmp_path: Path) -> None:
+    env = {"PGBRIDGE_POSTGRES__DSN_FILE": str(tmp_path / "nope"), "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092"}
+    with pytest.raises(ConfigError, match="PGBRIDGE_POSTGRES__DSN_FILE"):
+        load_settings(environ=env)
+
+
+def test_ha_defaults_elect_a_leader_and_poll_every_second() -> None:
+    settings = load_settings(environ=BASE)
+    assert settings.ha.leader_election is True
+    assert settings.ha.standby_retry_s == 1.0
+    assert settings.postgres.heartbeat_interval_s == 0.0
