@@ -1,11 +1,17 @@
-"""Reading pgbridge topics from Python: resolve writer schemas from ``{prefix}._schemas``.
+"""Reading pgbridge topics from Python: resolve writer schemas from ``{prefix}._schemas`` or a registry.
 
-This is the consumer side of registry-less encoding, used by the demo, the tests and anyone
-who wants to read the topics without a Schema Registry::
+``SchemaStore`` is the consumer side of registry-less encoding, used by the demo, the tests and
+anyone who wants to read the topics without a Schema Registry::
 
     store = SchemaStore()
     for record in read(f"{prefix}._schemas"):
         store.add(record.key, record.value)
+    event = store.decode(record_from_a_table_topic.value)
+
+``RegistrySchemaStore`` decodes the Confluent wire format that registry mode writes (byte 0, the
+schema id as 4 bytes big-endian, the Avro body), fetching each writer schema once by its id::
+
+    store = RegistrySchemaStore({"url": "http://registry:8081"})
     event = store.decode(record_from_a_table_topic.value)
 """
 
@@ -14,11 +20,16 @@ from __future__ import annotations
 import io
 import json
 import struct
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from fastavro import parse_schema, schemaless_reader
 
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
 SINGLE_OBJECT_MAGIC: Final = b"\xc3\x01"
+CONFLUENT_MAGIC: Final = b"\x00"
 
 
 class UnknownSchema(KeyError):
@@ -59,3 +70,60 @@ class SchemaStore:
             raise UnknownSchema(fingerprint)
         reader = parse_schema(reader_schema) if reader_schema is not None else None
         return schemaless_reader(io.BytesIO(data[10:]), writer, reader)
+
+
+class RegistrySchemaStore:
+    """Decodes Confluent-framed records, fetching writer schemas by id from a Schema Registry.
+
+    ``registry`` is a confluent-kafka ``SchemaRegistryClient`` or its configuration
+    (``{"url": ..., "basic.auth.user.info": "user:password"}``). Each writer schema is fetched
+    once (``GET /schemas/ids/{id}``) and kept parsed. An id the registry does not know raises
+    ``UnknownSchema``; other registry failures raise the client's ``SchemaRegistryError``.
+    """
+
+    def __init__(self, registry: SchemaRegistryClient | Mapping[str, Any]) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self._client = registry if isinstance(registry, SchemaRegistryClient) else SchemaRegistryClient(dict(registry))
+        self._parsed: dict[int, Any] = {}
+        self._raw: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    @staticmethod
+    def schema_id_of(data: bytes) -> int:
+        if data[:1] != CONFLUENT_MAGIC or len(data) < 5:
+            raise ValueError("not the Confluent wire format (expected byte 0 and a 4-byte schema id)")
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        return int(schema_id)
+
+    def schema(self, schema_id: int) -> dict[str, Any]:
+        """The writer schema registered under ``schema_id``, as parsed JSON."""
+        if schema_id not in self._raw:
+            from confluent_kafka.schema_registry import SchemaRegistryError
+
+            try:
+                registered = self._client.get_schema(schema_id)
+            except SchemaRegistryError as exc:
+                if exc.http_status_code == 404:
+                    raise UnknownSchema(schema_id) from exc
+                raise
+            if registered.schema_str is None:
+                raise UnknownSchema(schema_id)
+            schema = json.loads(registered.schema_str)
+            self._parsed[schema_id] = parse_schema(schema)
+            self._raw[schema_id] = schema
+        return self._raw[schema_id]
+
+    def decode(self, data: bytes | None, reader_schema: dict[str, Any] | None = None) -> Any:
+        """Decode one key or value; ``None`` (a tombstone or null key) stays ``None``."""
+        if data is None:
+            return None
+        schema_id = self.schema_id_of(data)
+        self.schema(schema_id)
+        reader = parse_schema(reader_schema) if reader_schema is not None else None
+        return schemaless_reader(io.BytesIO(data[5:]), self._parsed[schema_id], reader)
+
+    def close(self) -> None:
+        self._client.close()

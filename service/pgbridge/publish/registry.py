@@ -1,15 +1,49 @@
-"""Schema announcement for registry-less mode: each writer schema goes to ``{prefix}._schemas``.
+"""Making writer schemas known to consumers: ``{prefix}._schemas`` or a Confluent Schema Registry.
 
-The record is produced and acknowledged before the first record that uses the schema is
-produced, so any consumer that reads ``_schemas`` to its end can decode every record it sees.
+Registry-less mode: ``schema_announcer`` produces each schema to ``{prefix}._schemas`` and waits
+for Kafka's acknowledgement before the first record that uses it is produced.
+
+Registry mode (``schema_registry.url`` set): ``ConfluentRegistrar`` registers each writer schema
+under ``{topic}-key`` / ``{topic}-value`` through confluent-kafka's ``SchemaRegistryClient`` and
+frames records with the Confluent wire format (``encode.wire.confluent_header``). Registration
+happens when a table's Relation version is first used, before any record with that schema is
+produced, so a rejected schema stops the stream *before* the change that needed it: nothing at or
+after that change is confirmed, and the change is read again after the operator fixed the cause.
+
+Registry failures are classified here, where the client's error is seen (``registry_error``):
+
+* 409, the subject's compatibility level rejected the schema → ``SchemaError`` (fatal) naming the
+  subject and the registry's reason; 422, an invalid schema → ``SchemaError``.
+* 401 / 403 → ``FatalError`` pointing at ``schema_registry.basic_auth_user_info``.
+* unreachable, timeout, 408 / 429 / 5xx → ``RegistryUnavailable`` (transient): the pipeline's
+  reconnect loop retries with capped exponential backoff.
+
+The client retries a failed request only once, briefly: a longer outage belongs to the reconnect
+loop, which logs it and keeps the walsender connection from timing out meanwhile.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import Any, Final
 
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
+from confluent_kafka.schema_registry.common._httpx_compat import httpx
+
+from pgbridge.config import SchemaRegistryConfig
+from pgbridge.encode.wire import confluent_header, schema_json
+from pgbridge.errors import ConfigError, FatalError, PgbridgeError, RegistryUnavailable, SchemaError
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.topics import schemas_topic
+
+# Inside one session the client retries a request once, after at most half a second; anything
+# longer is an outage for the reconnect loop (BACKOFF_* in pipeline.py) to wait out.
+_CLIENT_RETRIES: Final = 1
+_CLIENT_RETRY_WAIT_MS: Final = 200
+_CLIENT_RETRY_MAX_WAIT_MS: Final = 500
+_TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
+_USERINFO: Final = re.compile(r"(://)[^/@\s]+@")
 
 
 def schema_announcer(publisher: KafkaPublisher, prefix: str) -> Callable[[str, str], None]:
@@ -24,3 +58,105 @@ def schema_announcer(publisher: KafkaPublisher, prefix: str) -> Callable[[str, s
         announced.add(fingerprint_hex)
 
     return announce
+
+
+def public_url(url: str) -> str:
+    """The registry URL as it may be logged: credentials in ``user:password@`` removed."""
+    return _USERINFO.sub(r"\1", url)
+
+
+def registry_client(config: SchemaRegistryConfig) -> SchemaRegistryClient:
+    """A ``SchemaRegistryClient`` for ``config``; a malformed URL or user info is a ``ConfigError``."""
+    if config.url is None:
+        raise ConfigError("schema_registry.url is not set")
+    conf: dict[str, Any] = {"url": config.url, "timeout": config.timeout_s, "max.retries": _CLIENT_RETRIES,
+                            "retries.wait.ms": _CLIENT_RETRY_WAIT_MS,
+                            "retries.max.wait.ms": _CLIENT_RETRY_MAX_WAIT_MS}
+    if config.basic_auth_user_info is not None:
+        conf["basic.auth.user.info"] = config.basic_auth_user_info.get_secret_value()
+    if config.ssl_ca_location is not None:
+        conf["ssl.ca.location"] = config.ssl_ca_location
+    try:
+        return SchemaRegistryClient(conf)
+    except (ValueError, TypeError, OSError) as exc:
+        # The client's messages name the property, never its value.
+        raise ConfigError(f"schema_registry settings are invalid: {exc}",
+                          hint="schema_registry.url is http(s)://host:port, basic_auth_user_info is "
+                          "user:password, ssl_ca_location an existing CA file or directory") from None
+
+
+def registry_error(exc: Exception, url: str, subject: str | None = None) -> PgbridgeError:
+    """Classify a failure of a Schema Registry request (see the module docstring)."""
+    where = f"Schema Registry at {public_url(url)}"
+    about = f" for subject {subject}" if subject else ""
+    if isinstance(exc, SchemaRegistryError):
+        status, reason = exc.http_status_code, exc.error_message
+        if status == 409:
+            return SchemaError(
+                f"{where} rejected the writer schema{about} as incompatible: {reason}",
+                hint="the table changed in a way the subject's compatibility level forbids; evolve the table "
+                "compatibly (add or drop nullable columns, keep column types), or relax the subject's level "
+                f"(PUT {public_url(url)}/config/{subject or '{subject}'} with "
+                '{"compatibility": "NONE"}), then restart pgbridge: the rejected change was not confirmed '
+                "and is read again")
+        if status == 422:
+            return SchemaError(f"{where} refused the writer schema{about} as invalid: {reason}",
+                               hint="report this as a pgbridge bug with the table's definition")
+        if status in (401, 403):
+            verb = "rejected the credentials" if status == 401 else "denied access"
+            return FatalError(f"{where} {verb}{about}: {reason} (HTTP {status})",
+                              hint="set schema_registry.basic_auth_user_info to user:password of a principal "
+                              "allowed to read and register schemas of these subjects")
+        if status in _TRANSIENT_STATUS or status >= 500:
+            return RegistryUnavailable(f"{where} failed{about}: {reason} (HTTP {status})")
+        return FatalError(f"{where} refused the request{about}: {reason} (HTTP {status})",
+                          hint="check that schema_registry.url points at a Confluent-compatible Schema Registry")
+    if isinstance(exc, httpx.HTTPError):  # connection refused, DNS, TLS, timeout: nothing was answered
+        return RegistryUnavailable(f"{where} is unreachable{about}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ValueError):  # a 2xx answer that is not JSON: something else listens there
+        return FatalError(f"{where} answered{about} with something that is not a Schema Registry response",
+                          hint="check schema_registry.url (scheme, host, port and path)")
+    raise exc  # not a registry failure (a bug): let it surface as itself
+
+
+class ConfluentRegistrar:
+    """Registry mode's ``SchemaRegistrar``: register, then frame as ``00`` + 4-byte schema id.
+
+    The encoder asks once per (subject, schema) and caches the header; the client caches ids as
+    well, so a schema is registered once per session. Registering a schema the subject already
+    holds returns its existing id, which is what makes a restart re-use the ids it had.
+    """
+
+    def __init__(self, client: SchemaRegistryClient, url: str) -> None:
+        self._client = client
+        self._url = url
+
+    @classmethod
+    def connect(cls, config: SchemaRegistryConfig) -> ConfluentRegistrar:
+        """Build the client and probe the registry, so an unreachable registry fails the session at
+        start (and is retried) rather than in the middle of the first transaction."""
+        registrar = cls(registry_client(config), config.url or "")
+        try:
+            registrar.probe()
+        except BaseException:
+            registrar.close()
+            raise
+        return registrar
+
+    def probe(self) -> None:
+        """One cheap authenticated request (``GET /schemas/types``)."""
+        try:
+            self._client.get_schema_types()
+        except Exception as exc:
+            raise registry_error(exc, self._url) from None
+
+    def header_for(self, subject: str, schema: dict[str, Any]) -> bytes:
+        try:
+            schema_id = self._client.register_schema(subject, Schema(schema_json(schema), "AVRO"))
+        except Exception as exc:
+            raise registry_error(exc, self._url, subject) from None
+        return confluent_header(int(schema_id))
+
+    def close(self) -> None:
+        self._client.close()
+
