@@ -42,6 +42,7 @@ LABEL_STATUS: Final = "status"
 
 TARGET_POSTGRES: Final = "postgres"
 TARGET_KAFKA: Final = "kafka"
+TARGET_SCHEMA_REGISTRY: Final = "schema_registry"
 
 # pg_replication_slots.wal_status values; exactly one of them is 1 at a time.
 WAL_STATUSES: Final = ("reserved", "extended", "unreserved", "lost")
@@ -111,7 +112,7 @@ class Metrics:
                                      registry=r)
         self.slot_safe_wal_size.set(float("inf"))
         self.slot_invalidation_forecast.set(float("inf"))
-        for target in (TARGET_POSTGRES, TARGET_KAFKA):
+        for target in (TARGET_POSTGRES, TARGET_KAFKA, TARGET_SCHEMA_REGISTRY):
             self.reconnects.labels(target)
         for outcome in (OUTCOME_COMMITTED,):
             self.transactions.labels(outcome)

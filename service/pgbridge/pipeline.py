@@ -45,13 +45,20 @@ from pgbridge.config import Settings
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
-from pgbridge.encode.wire import SingleObjectRegistrar
-from pgbridge.errors import BrokerUnavailable, FatalError, SlotInUse, SourceUnavailable, TransientError
+from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
+from pgbridge.errors import (
+    BrokerUnavailable,
+    FatalError,
+    RegistryUnavailable,
+    SlotInUse,
+    SourceUnavailable,
+    TransientError,
+)
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
-from pgbridge.metrics import OUTCOME_COMMITTED, TARGET_KAFKA, TARGET_POSTGRES, Metrics
+from pgbridge.metrics import OUTCOME_COMMITTED, TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, Metrics
 from pgbridge.publish.producer import KafkaPublisher
-from pgbridge.publish.registry import schema_announcer
+from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
 from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
 from pgbridge.source import slots
@@ -141,6 +148,7 @@ class Session:
         self.repl: ReplicationConnection | None = None
         self.stream: ReplicationStream | None = None
         self.encoder: ChangeEncoder | None = None
+        self.registry: ConfluentRegistrar | None = None
         self._tx: _OpenTransaction | None = None
         self._server_lsn: Lsn | None = None
         self._received_lsn: Lsn = INVALID_LSN
@@ -170,9 +178,12 @@ class Session:
         self.repl.connect()
         identity = self.repl.identify_system()
         database = identity.dbname or ""
-        announce = schema_announcer(self.publisher, self._prefix)
-        self.encoder = ChangeEncoder(topic_prefix=self._prefix, database=database,
-                                     registrar=SingleObjectRegistrar(announce),
+        registrar: SchemaRegistrar
+        if self.settings.schema_registry.url:  # Confluent wire format; an unreachable registry retries
+            registrar = self.registry = ConfluentRegistrar.connect(self.settings.schema_registry)
+        else:
+            registrar = SingleObjectRegistrar(schema_announcer(self.publisher, self._prefix))
+        self.encoder = ChangeEncoder(topic_prefix=self._prefix, database=database, registrar=registrar,
                                      key_resolver=self._key_columns,
                                      type_names=self.assembler.relations.type_name)
         info = slots.slot_info(self.sql, pg.slot)
@@ -482,6 +493,9 @@ class Session:
             self.sql = None
         self.publisher.close()
         self.assembler.close()
+        if self.registry is not None:
+            self.registry.close()
+            self.registry = None
 
 
 class _StopRequested(Exception):
@@ -540,7 +554,8 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 continue
             except TransientError as exc:
                 health.last_error = str(exc)
-                target = TARGET_KAFKA if isinstance(exc, BrokerUnavailable) else TARGET_POSTGRES
+                target = TARGET_KAFKA if isinstance(exc, BrokerUnavailable) else \
+                    TARGET_SCHEMA_REGISTRY if isinstance(exc, RegistryUnavailable) else TARGET_POSTGRES
                 metrics.reconnects.labels(target).inc()
                 log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
                 session.close()
