@@ -127,6 +127,20 @@ def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
     return []
 
 
+def check_schema_registry(settings: Settings) -> list[Problem]:
+    """With ``schema_registry.url`` set: the registry answers, and accepts the credentials."""
+    if not settings.schema_registry.url:
+        return []
+    from pgbridge.publish.registry import ConfluentRegistrar
+
+    try:
+        ConfluentRegistrar.connect(settings.schema_registry).close()
+    except PgbridgeError as exc:
+        fix = exc.hint or "check schema_registry.url and that the Schema Registry is up"
+        return [Problem("error", str(exc), fix)]
+    return []
+
+
 def run_checks(settings: Settings) -> list[Problem]:
     problems: list[Problem] = []
     try:
@@ -138,4 +152,5 @@ def run_checks(settings: Settings) -> list[Problem]:
         with conn:
             problems.extend(check_postgres(conn, settings))
     problems.extend(check_kafka(settings))
+    problems.extend(check_schema_registry(settings))
     return problems
