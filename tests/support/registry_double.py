@@ -91,7 +91,12 @@ def _resolve(writer: Any, reader: Any, path: str, errors: list[str]) -> None:
             _resolve(writer, branch, path, attempt)
             if not attempt:
                 return
-        errors.append(f"{path}: reader union {_show(reader)} has no branch for writer type {_show(writer)}")
+        closest = [b for b in reader if _kind(b) == writer_kind
+                   and (writer_kind not in _NAMED or writer["name"] in _names(b))]
+        if closest:  # say why the branch of the same type does not fit, not just that none does
+            _resolve(writer, closest[0], path, errors)
+        else:
+            errors.append(f"{path}: reader union {_show(reader)} has no branch for writer type {_show(writer)}")
         return
     if writer_kind != reader_kind:
         if (writer_kind, reader_kind) not in _PROMOTIONS:

@@ -24,6 +24,7 @@ loop, which logs it and keeps the walsender connection from timing out meanwhile
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, Final
@@ -76,6 +77,9 @@ def registry_client(config: SchemaRegistryConfig) -> SchemaRegistryClient:
         conf["basic.auth.user.info"] = config.basic_auth_user_info.get_secret_value()
     if config.ssl_ca_location is not None:
         conf["ssl.ca.location"] = config.ssl_ca_location
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # httpx logs every request at INFO; registrations are already visible as schema ids.
+        logging.getLogger(httpx.__name__).setLevel(logging.WARNING)
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError, OSError) as exc:
