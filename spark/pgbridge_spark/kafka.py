@@ -1,0 +1,167 @@
+"""Kafka I/O with confluent-kafka: partitions of a subscription, end offsets, reading a range.
+
+Used by the Python streaming source (``source``) and by the driver to read ``{prefix}._schemas``.
+
+Two broker facts shape it:
+
+* Metadata is always asked for *all* topics: some brokers (Tansu) create a topic that a metadata
+  request names, and a reader must never create topics.
+* A high watermark is a lower bound of the end, not the end: some brokers (Tansu) report only the
+  first record of the last batch written. ``end_offsets`` therefore *probes*: it reads from just
+  below the watermark to the real end (one fetch on a correct broker) unless told to trust it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+RESERVED_SUFFIXES: Final = ("_schemas", "messages", "transactions")
+_TOPIC_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def topic_name(*parts: str) -> str:
+    """pgbridge's topic naming: parts joined with dots, other characters as ``_``."""
+    return _TOPIC_INVALID.sub("_", ".".join(parts))
+
+
+def table_topic_pattern(prefix: str) -> str:
+    """Regex (Java and Python) of every table topic of ``prefix``: not _schemas/messages/transactions."""
+    reserved = "|".join(RESERVED_SUFFIXES)
+    return rf"{re.escape(prefix)}\.(?!(?:{reserved})$).+"
+
+
+def consumer_config(bootstrap: str, options: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """An assign-only consumer: no group membership, no commits, never creates topics."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"pgbridge-spark-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "allow.auto.create.topics": False,
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 50,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    config.update(options or {})
+    return config
+
+
+def partitions_of(consumer: Consumer, *, topics: Iterable[str] = (), pattern: str | None = None,
+                  timeout: float = 10.0) -> list[tuple[str, int]]:
+    """``(topic, partition)`` of the existing topics named or matching ``pattern`` (full match)."""
+    metadata = consumer.list_topics(timeout=timeout)
+    wanted = set(topics)
+    regex = re.compile(pattern) if pattern else None
+    out = []
+    for name, topic in metadata.topics.items():
+        if topic.error is not None or not (name in wanted or (regex is not None and regex.fullmatch(name))):
+            continue
+        out.extend((name, p) for p in topic.partitions)
+    return sorted(out)
+
+
+def end_offsets(consumer: Consumer, partitions: Iterable[tuple[str, int]], *, floor: Mapping[tuple[str, int], int],
+                probe: bool = True, probe_idle_s: float = 0.15, timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """The offset after the last record of each partition (``floor``: known lower bounds)."""
+    ends: dict[tuple[str, int], int] = {}
+    for tp in partitions:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=timeout, cached=False)
+        ends[tp] = max(high, floor.get(tp, 0))
+    if not probe:
+        return ends
+    start = {tp: max(end - 1, 0) for tp, end in ends.items()}
+    consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+    try:
+        last_record = time.monotonic()
+        deadline = last_record + timeout
+        while time.monotonic() - last_record < probe_idle_s and time.monotonic() < deadline:
+            message = consumer.poll(probe_idle_s / 3)
+            if message is None:
+                continue
+            if message.error() is not None:
+                _raise_fatal(message)
+                continue
+            tp = (message.topic(), message.partition())
+            ends[tp] = max(ends[tp], message.offset() + 1)
+            last_record = time.monotonic()
+    finally:
+        consumer.unassign()
+    return ends
+
+
+def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: int, *,
+               timeout: float = 60.0) -> Iterator[Message]:
+    """Records of ``topic``/``partition`` with ``start <= offset < end``, in offset order.
+
+    Gaps (compaction, transaction markers) are fine: reading stops once the consumer's position
+    reaches ``end``. Raises ``TimeoutError`` if it stalls for ``timeout`` seconds before that.
+    """
+    if end <= start:
+        return
+    tp = TopicPartition(topic, partition, start)
+    consumer.assign([tp])
+    stalled_since = time.monotonic()
+    try:
+        while True:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                offset = message.offset()
+                if offset >= end:
+                    return
+                if offset >= start:
+                    yield message
+                stalled_since = time.monotonic()
+                if offset >= end - 1:
+                    return
+                continue
+            if message is not None:
+                _raise_fatal(message)
+            position = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if position >= end:
+                return
+            if time.monotonic() - stalled_since > timeout:
+                raise TimeoutError(f"{topic}[{partition}]: no record between offsets {max(position, start)} and "
+                                   f"{end} within {timeout:g}s (records deleted by retention?)")
+    finally:
+        consumer.unassign()
+
+
+def read_all(consumer: Consumer, topic: str, *, idle_s: float = 0.3, timeout: float = 30.0) -> list[Message]:
+    """Every record of ``topic`` (all partitions) up to its end (see ``end_offsets``)."""
+    partitions = partitions_of(consumer, topics=[topic], timeout=timeout)
+    ends = end_offsets(consumer, partitions, floor={}, probe_idle_s=idle_s, timeout=timeout)
+    out: list[Message] = []
+    for (name, partition), end in ends.items():
+        out.extend(read_range(consumer, name, partition, 0, end, timeout=timeout))
+    return out
+
+
+def read_schema_topic(bootstrap: str, prefix: str, options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{prefix}._schemas`` as ``{fingerprint hex: schema JSON}``."""
+    consumer = Consumer(consumer_config(bootstrap, options))
+    try:
+        records = read_all(consumer, topic_name(prefix, "_schemas"))
+    finally:
+        consumer.close()
+    out = {}
+    for record in records:
+        key, value = record.key(), record.value()
+        if key is not None and value is not None:
+            out[key.decode() if isinstance(key, bytes) else key] = (
+                value.decode() if isinstance(value, bytes) else value)
+    return out
+
+
+def _raise_fatal(message: Message) -> None:
+    error = message.error()
+    if error is None or error.code() == KafkaError._PARTITION_EOF:
+        return
+    if error.fatal() or error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+        raise KafkaException(error)

@@ -1,0 +1,139 @@
+"""What the mirror remembers between micro-batches, and the transaction-consistent cut. Pure.
+
+Positions. Every change has the position ``(commit_lsn, total_order)``, identical in every copy
+pgbridge ever publishes of it (snapshot reads: ``(snapshot LSN, 0)``). Per Kafka partition,
+pgbridge writes in position order, and a copy re-published after a crash comes later in the
+partition than the original. So per table and partition the mirror keeps the highest position it
+applied (``TableProgress.partitions``), and a change at or below it is a duplicate — except
+snapshot reads, which all share one position and are applied while they equal it.
+
+The cut. Consistent mode applies a transaction only when every one of its events has been read:
+``{prefix}.transactions`` END records (in commit order) carry per-table event counts, and
+``consistent_cut`` walks them in order, stopping at the first transaction some of whose events
+are still missing. Everything at or below the returned commit LSN is complete, so applying exactly
+that prefix leaves the mirror in a state Postgres had.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Position = tuple[int, int]
+"""``(commit_lsn, total_order)``."""
+
+
+@dataclass
+class TableProgress:
+    """Stored next to each mirrored table (``_pgbridge_state.json``)."""
+
+    row_type: str | None = None  # Spark StructType JSON of the mirrored columns
+    key_fields: list[str] = field(default_factory=list)
+    schema_id: str | None = None  # writer schema of the newest change applied
+    partitions: dict[str, Position] = field(default_factory=dict)  # partition → highest position applied
+    truncated_at: Position | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"row_type": self.row_type, "key_fields": self.key_fields, "schema_id": self.schema_id,
+                           "partitions": {p: list(v) for p, v in self.partitions.items()},
+                           "truncated_at": list(self.truncated_at) if self.truncated_at else None})
+
+    @staticmethod
+    def from_json(text: str) -> TableProgress:
+        raw = json.loads(text)
+        truncated = raw.get("truncated_at")
+        return TableProgress(row_type=raw.get("row_type"), key_fields=list(raw.get("key_fields") or []),
+                             schema_id=raw.get("schema_id"),
+                             partitions={p: (int(v[0]), int(v[1])) for p, v in (raw.get("partitions") or {}).items()},
+                             truncated_at=(int(truncated[0]), int(truncated[1])) if truncated else None)
+
+    def advance(self, partition_max: Mapping[int, Position], truncate: Position | None) -> None:
+        for partition, position in partition_max.items():
+            current = self.partitions.get(str(partition))
+            if current is None or position > current:
+                self.partitions[str(partition)] = position
+        if truncate is not None and (self.truncated_at is None or truncate > self.truncated_at):
+            self.truncated_at = truncate
+
+
+def new_changes_condition(progress: TableProgress) -> str:
+    """Spark SQL predicate over ``partition``, ``commit_lsn``, ``total_order``, ``transaction``:
+    true for changes not applied yet (see the module docstring)."""
+    clauses = []
+    for partition, (lsn, order) in sorted(progress.partitions.items()):
+        after = f"(commit_lsn > {lsn} OR (commit_lsn = {lsn} AND total_order > {order}))"
+        same_snapshot = f"(transaction IS NULL AND commit_lsn = {lsn} AND total_order = {order})"
+        clauses.append(f"(partition = {int(partition)} AND ({after} OR {same_snapshot}))")
+    known = ", ".join(str(int(p)) for p in sorted(progress.partitions))
+    if known:
+        clauses.append(f"(partition NOT IN ({known}))")
+    condition = " OR ".join(clauses) if clauses else "true"
+    if progress.truncated_at is not None:
+        lsn, order = progress.truncated_at
+        condition = f"({condition}) AND (commit_lsn > {lsn} OR (commit_lsn = {lsn} AND total_order >= {order}))"
+    return condition
+
+
+@dataclass(frozen=True)
+class TransactionEnd:
+    commit_lsn: int
+    counts: Mapping[str, int]  # data collection "schema.table" → events
+
+
+def consistent_cut(cut: int, ends: Iterable[TransactionEnd], read_counts: Mapping[tuple[int, str], int],
+                   tables: set[str] | None) -> int:
+    """The highest commit LSN through which every transaction's events have all been read.
+
+    ``cut`` is the previous cut; ``ends`` the END records read so far (any order, duplicates
+    allowed); ``read_counts`` maps ``(commit_lsn, "schema.table")`` to distinct events read;
+    ``tables`` limits the check to mirrored tables (``None``: all).
+    """
+    by_lsn: dict[int, TransactionEnd] = {}
+    for end in ends:
+        if end.commit_lsn > cut:
+            by_lsn[end.commit_lsn] = end
+    for lsn in sorted(by_lsn):
+        end = by_lsn[lsn]
+        complete = all(read_counts.get((lsn, table), 0) >= count for table, count in end.counts.items()
+                       if tables is None or table in tables)
+        if not complete:
+            break
+        cut = lsn
+    return cut
+
+
+@dataclass
+class ConsistentProgress:
+    """The cut so far (``_pgbridge/consistent.json`` under the output directory)."""
+
+    cut: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps({"cut": self.cut})
+
+    @staticmethod
+    def from_json(text: str) -> ConsistentProgress:
+        return ConsistentProgress(cut=int(json.loads(text).get("cut", 0)))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename (no torn state files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, default: Any) -> Any:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return default
