@@ -108,7 +108,7 @@ def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
             errors = [line for line in log.splitlines() if line.startswith("error:")]
             assert len(errors) == 1, log
             assert f"rejected the writer schema for subject {subject} as incompatible" in errors[0]
-            assert 'has no branch for writer type "int"' in errors[0] and "evolve the table compatibly" in errors[0]
+            assert 'has no branch for writer type "int"' in errors[0] and "evolve tables compatibly" in errors[0]
             assert "Traceback" not in log
         # ... and the rejected transaction was not confirmed, nor registered
         confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)

@@ -26,6 +26,10 @@ new schema as reader resolves the latest as writer, ``FORWARD`` the reverse, ``F
 wording. Optional basic auth answers 401 without the right ``Authorization`` header, and
 ``inject(status)`` makes the next requests fail with a given status (403, 500, ...).
 
+Any other path answers 404 like a registry without that feature: confluent-kafka's
+``AvroDeserializer`` asks ``GET /associations/resources/...`` and carries on after a 404, as it does
+against Confluent Platform 7.
+
 Not implemented: schema references, contexts, modes, metadata and rule sets, deletes of subjects and
 versions, ``normalize`` (accepted and ignored), and schema types other than AVRO.
 """

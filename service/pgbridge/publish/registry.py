@@ -98,11 +98,12 @@ def registry_error(exc: Exception, url: str, subject: str | None = None) -> Pgbr
         if status == 409:
             return SchemaError(
                 f"{where} rejected the writer schema{about} as incompatible: {reason}",
-                hint="the table changed in a way the subject's compatibility level forbids; evolve the table "
-                "compatibly (add or drop nullable columns, keep column types), or relax the subject's level "
+                hint="the table changed in a way the subject's compatibility level forbids; changes already "
+                "written in the new shape need this schema, so relax the subject's level "
                 f"(PUT {public_url(url)}/config/{subject or '{subject}'} with "
-                '{"compatibility": "NONE"}), then restart pgbridge: the rejected change was not confirmed '
-                "and is read again")
+                '{"compatibility": "NONE"}) and restart pgbridge: the rejected change was not confirmed and '
+                "is read again; from then on evolve tables compatibly (add or drop nullable columns, keep "
+                "column types)")
         if status == 422:
             return SchemaError(f"{where} refused the writer schema{about} as invalid: {reason}",
                                hint="report this as a pgbridge bug with the table's definition")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_writer
 from pydantic import SecretStr
 
@@ -133,6 +136,18 @@ def test_registrar_frames_with_byte_zero_and_the_big_endian_id(registry: Registr
     store.close()
 
 
+def test_confluent_kafkas_own_deserializer_reads_what_the_registrar_frames(registry: RegistryDouble,
+                                                                          client: SchemaRegistryClient) -> None:
+    schema = {**V1, "fields": [*V1["fields"], {"name": "ts", "default": None, "pg_type": "timestamptz",
+                                               "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]}]}
+    header = _registrar(registry.url).header_for("t.public.items-value", schema)
+    body = io.BytesIO()
+    schemaless_writer(body, parse_schema(schema), {"id": 1, "v": 2, "ts": 1_700_000_000_000_000})
+    deserializer = AvroDeserializer(client)
+    value = deserializer(header + body.getvalue(), SerializationContext("t.public.items", MessageField.VALUE))
+    assert value == {"id": 1, "v": 2, "ts": datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)}
+
+
 def test_registrar_rejection_is_a_schema_error_naming_subject_and_reason(registry: RegistryDouble) -> None:
     registry.register("t.public.items-value", V1)
     registry.set_compatibility("FULL", subject="t.public.items-value")
@@ -144,7 +159,7 @@ def test_registrar_rejection_is_a_schema_error_naming_subject_and_reason(registr
     assert 'new schema cannot read old: /v/1: reader union ["null", "string"] has no branch for writer type "int"' \
         in str(error)
     assert error.hint is not None and f"{registry.url}/config/t.public.items-value" in error.hint
-    assert "evolve the table compatibly" in error.hint
+    assert "evolve tables compatibly" in error.hint
 
 
 def test_registrar_authentication(registry: RegistryDouble) -> None:
