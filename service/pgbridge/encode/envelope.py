@@ -25,9 +25,10 @@ from __future__ import annotations
 import io
 import re
 import struct
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -43,7 +44,7 @@ from pgbridge.decode.messages import (
 )
 from pgbridge.encode import schemas
 from pgbridge.encode.schemas import Schema
-from pgbridge.encode.typemap import EncodeError, TypeCodec, TypeNames
+from pgbridge.encode.typemap import EncodeError, TypeCatalog, TypeCodec, TypeNames
 from pgbridge.encode.wire import (
     EMPTY_ARRAY,
     FALSE,
@@ -100,6 +101,53 @@ def default_key_columns(relation: Relation) -> tuple[str, ...]:
     return tuple(c.name for c in relation.columns if c.is_key)
 
 
+# --- TOAST policy and observation ----------------------------------------------------------------
+
+TOAST_MARKER: Final = "marker"
+"""Unchanged TOASTed columns are null in ``after`` and listed in ``unchanged_toast_columns``."""
+TOAST_OLD_TUPLE: Final = "old_tuple"
+"""Fill them from the old row when Postgres sent it (``REPLICA IDENTITY FULL``), else mark them."""
+TOAST_CACHE: Final = "cache"
+"""Fill them from the old row, else from a bounded local cache of the last row seen per key."""
+TOAST_POLICIES: Final = (TOAST_MARKER, TOAST_OLD_TUPLE, TOAST_CACHE)
+
+# A few thousand rows of a few TOASTed kilobytes each: tens of MiB at most, and the hot rows of a
+# table that updates small columns next to big ones are what the cache is for.
+DEFAULT_TOAST_CACHE_ROWS: Final = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToastPolicy:
+    """Which policy each table (``schema.table``) gets; ``default`` for the rest."""
+
+    default: str = TOAST_MARKER
+    tables: Mapping[str, str] = field(default_factory=dict)
+    cache_rows: int = DEFAULT_TOAST_CACHE_ROWS
+
+    def for_table(self, table: str) -> str:
+        return self.tables.get(table, self.default)
+
+
+class EncodeObserver(Protocol):
+    """What the encoder reports for metrics and logs (the pipeline bridges it to ``Metrics``)."""
+
+    def toast_cache(self, hit: bool) -> None: ...
+
+    def schema_changed(self, table: str, compatibility: str, reason: str | None) -> None: ...
+
+
+class _NoObserver:
+    def toast_cache(self, hit: bool) -> None:
+        pass
+
+    def schema_changed(self, table: str, compatibility: str, reason: str | None) -> None:
+        pass
+
+
+COMPATIBILITY_COMPATIBLE: Final = "compatible"
+COMPATIBILITY_INCOMPATIBLE: Final = "incompatible"
+
+
 # --- topics ---------------------------------------------------------------------------------------
 
 _TOPIC_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
@@ -135,25 +183,35 @@ _KEY_HINT: Final = ("the replica identity must include the Kafka key columns: AL
 class _TablePlan:
     """Everything needed to write one Relation version's records, computed once."""
 
-    __slots__ = ("all_text", "binary_encoders", "column_names", "key_header", "key_indexes", "key_schema", "ncols",
-                 "pg_types", "source_head", "table", "text_encoders", "topic", "value_header", "value_schema")
+    __slots__ = ("all_text", "binary_fields", "column_names", "key_binary", "key_header", "key_indexes",
+                 "key_schema", "key_text", "ncols", "null_fields", "pg_types", "source_head", "table",
+                 "text_fields", "toast_policy", "topic", "value_header", "value_schema")
 
     def __init__(self, *, relation: Relation, topic: str, database: str, codecs: tuple[TypeCodec, ...],
                  key_indexes: tuple[int, ...], key_schema: Schema | None, value_schema: Schema,
-                 key_header: bytes, value_header: bytes) -> None:
+                 key_header: bytes, value_header: bytes, toast_policy: str = TOAST_MARKER) -> None:
         self.table = f"{relation.namespace}.{relation.name}"
         self.topic = topic
         self.column_names = tuple(c.name for c in relation.columns)
         self.ncols = len(relation.columns)
         self.all_text = bytes([KIND_TEXT]) * self.ncols
         self.pg_types = tuple(codec.pg_type for codec in codecs)
-        self.text_encoders: tuple[_RawEncoder, ...] = tuple(codec.text_encoder() for codec in codecs)
-        self.binary_encoders: tuple[_RawEncoder, ...] = tuple(codec.binary_encoder() for codec in codecs)
+        # Row fields: each encoder writes the union branch, the value and, for a companion codec,
+        # the ``__text`` sibling, so the row loop is one call and one append per column.
+        self.text_fields: tuple[_RawEncoder, ...] = tuple(codec.field_text_encoder() for codec in codecs)
+        self.binary_fields: tuple[_RawEncoder, ...] = tuple(codec.field_binary_encoder() for codec in codecs)
+        self.null_fields = tuple(codec.null_field for codec in codecs)
+        # Key fields are bare values, except companion codecs' (nullable, with their sibling).
+        self.key_text: dict[int, _RawEncoder] = {i: codecs[i].field_text_encoder() if codecs[i].companion else codecs[i].text_encoder()
+                         for i in key_indexes}
+        self.key_binary: dict[int, _RawEncoder] = {i: codecs[i].field_binary_encoder() if codecs[i].companion
+                           else codecs[i].binary_encoder() for i in key_indexes}
         self.key_indexes = key_indexes
         self.key_schema = key_schema
         self.value_schema = value_schema
         self.key_header = key_header
         self.value_header = value_header
+        self.toast_policy = toast_policy
         self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
 
     def write_row(self, row: TupleData, parts: list[bytes]) -> list[str] | None:
@@ -162,8 +220,7 @@ class _TablePlan:
         append = parts.append
         if kinds == self.all_text:  # the common case: every column sent as text
             try:
-                for raw, encode in zip(row.values, self.text_encoders, strict=True):
-                    append(VALUE_BRANCH)
+                for raw, encode in zip(row.values, self.text_fields, strict=True):
                     append(encode(raw))
             except _ROW_ERRORS as exc:
                 raise self.locate_error(row, exc) from exc
@@ -173,21 +230,19 @@ class _TablePlan:
                               hint="the relation cache is out of step with the stream; restart pgbridge")
         unchanged: list[str] | None = None
         try:
-            for kind, raw, text, binary, name in zip(kinds, row.values, self.text_encoders,
-                                                     self.binary_encoders, self.column_names, strict=True):
+            for kind, raw, text, binary, null, name in zip(kinds, row.values, self.text_fields, self.binary_fields,
+                                                           self.null_fields, self.column_names, strict=True):
                 if kind == KIND_TEXT:
-                    append(VALUE_BRANCH)
                     append(text(raw))
+                elif kind == KIND_BINARY:
+                    append(binary(raw))
                 elif kind == KIND_NULL:
-                    append(NULL_BRANCH)
+                    append(null)
                 elif kind == KIND_UNCHANGED_TOAST:
-                    append(NULL_BRANCH)
+                    append(null)
                     if unchanged is None:
                         unchanged = []
                     unchanged.append(name)
-                elif kind == KIND_BINARY:
-                    append(VALUE_BRANCH)
-                    append(binary(raw))
                 else:
                     raise EncodeError(f"{self.table}.{name}: unknown tuple column kind {kind!r}",
                                       hint="the replication stream is corrupt; report this as a pgbridge bug")
@@ -201,9 +256,9 @@ class _TablePlan:
         for i, (kind, raw) in enumerate(zip(row.kinds, row.values, strict=False)):
             try:
                 if kind == KIND_TEXT:
-                    self.text_encoders[i](raw)
+                    self.text_fields[i](raw)
                 elif kind == KIND_BINARY:
-                    self.binary_encoders[i](raw)
+                    self.binary_fields[i](raw)
             except _ROW_ERRORS as again:
                 return self.column_error(i, again)
         return exc if isinstance(exc, EncodeError) else EncodeError(f"cannot encode a row of {self.table}: {exc}",
@@ -222,9 +277,9 @@ class _TablePlan:
                     kind = fallback.kinds[i]
                     raw = fallback.values[i]
                 if kind == KIND_TEXT:
-                    parts.append(self.text_encoders[i](raw))
+                    parts.append(self.key_text[i](raw))
                 elif kind == KIND_BINARY:
-                    parts.append(self.binary_encoders[i](raw))
+                    parts.append(self.key_binary[i](raw))
                 else:
                     return None
         except _ROW_ERRORS as exc:
@@ -269,13 +324,20 @@ class ChangeEncoder:
     """
 
     def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar,
-                 key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None) -> None:
+                 key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
+                 type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
+                 observer: EncodeObserver | None = None) -> None:
         schemas.check_envelope_layout()
         self._prefix = topic_prefix
         self._database = database
         self._registrar = registrar
         self._key_resolver = key_resolver or default_key_columns
         self._type_names = type_names
+        self._type_catalog = type_catalog
+        self._toast = toast or ToastPolicy()
+        self._observer: EncodeObserver = observer or _NoObserver()
+        self._toast_cache: OrderedDict[tuple[str, bytes, bytes], TupleData] = OrderedDict()
+        self._value_schemas: dict[str, Schema] = {}  # topic → the last value schema compiled for it
         self._headers: dict[tuple[str, int], bytes] = {}
         self._by_identity: dict[int, tuple[Relation, _TablePlan]] = {}
         self._by_shape: dict[tuple[Any, ...], _TablePlan] = {}
@@ -312,7 +374,7 @@ class ChangeEncoder:
         return tuple(positions[n] for n in names)
 
     def _schemas(self, relation: Relation) -> _TableSchemas:
-        codecs = schemas.column_codecs(relation, self._type_names)
+        codecs = schemas.column_codecs(relation, self._type_names, self._type_catalog)
         names = schemas.field_names(relation.columns)
         namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
         key_indexes = self._key_indexes(relation)
@@ -338,11 +400,25 @@ class ChangeEncoder:
                     raise SchemaError(f"writer schema of {relation.namespace}.{relation.name} is invalid: {exc}",
                                       hint="report this as a pgbridge bug with the table's definition") from exc
         topic = self.topic_for(relation)
+        table = f"{relation.namespace}.{relation.name}"
+        self._note_schema_change(topic, table, value)
         key_header = self._header(f"{topic}-key", key) if key is not None else b""
         value_header = self._header(f"{topic}-value", value)
         return _TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
                           key_indexes=key_indexes, key_schema=key, value_schema=value,
-                          key_header=key_header, value_header=value_header)
+                          key_header=key_header, value_header=value_header,
+                          toast_policy=self._toast.for_table(table))
+
+    def _note_schema_change(self, topic: str, table: str, value: Schema) -> None:
+        """Report a table's new writer schema as compatible when a consumer holding the previous
+        one can still read it by Avro schema resolution, else as incompatible (still published)."""
+        previous = self._value_schemas.get(topic)
+        self._value_schemas[topic] = value
+        if previous is None or fingerprint64(previous) == fingerprint64(value):
+            return
+        problem = schemas.resolution_problem(writer=value, reader=previous)
+        self._observer.schema_changed(table, COMPATIBILITY_COMPATIBLE if problem is None
+                                      else COMPATIBILITY_INCOMPATIBLE, problem)
 
     def _plan(self, relation: Relation) -> _TablePlan:
         """The plan of a Relation version: by identity first (the relation cache hands out the
@@ -405,11 +481,16 @@ class ChangeEncoder:
         if op == "c":
             new = _require(change.new, "insert", plan)
             value = self._envelope(plan, _OP_CREATE, None, new, change.lsn, ctx, ctx.snapshot, True)
-            return [OutRecord(plan.topic, plan.required_key(new, None, "insert"), value)]
+            key = plan.required_key(new, None, "insert")
+            if plan.toast_policy == TOAST_CACHE and key is not None:
+                self._remember(plan, key, new)
+            return [OutRecord(plan.topic, key, value)]
         if op == "u":
             new = _require(change.new, "update", plan)
             old = change.old if change.old_kind is not None else None
             key = plan.required_key(new, old, "update")
+            if plan.toast_policy != TOAST_MARKER:
+                new = self._fill_unchanged_toast(plan, key, new, old)
             value = self._envelope(plan, _OP_UPDATE, old, new, change.lsn, ctx, ctx.snapshot, True)
             record = OutRecord(plan.topic, key, value)
             if old is not None and key is not None:
@@ -417,11 +498,14 @@ class ChangeEncoder:
                 # of key cannot be seen; with them, a different old key is tombstoned first.
                 old_key = plan.key_of(old, None)
                 if old_key is not None and old_key != key:
+                    self._toast_cache.pop((plan.topic, plan.value_header, old_key), None)
                     return [OutRecord(plan.topic, old_key, None), record]
             return [record]
         if op == "d":
             old = _require(change.old, "delete", plan)
             key = plan.required_key(old, None, "delete")
+            if plan.toast_policy == TOAST_CACHE and key is not None:
+                self._toast_cache.pop((plan.topic, plan.value_header, key), None)
             value = self._envelope(plan, _OP_DELETE, old, None, change.lsn, ctx, ctx.snapshot, True)
             if key is None:
                 return [OutRecord(plan.topic, None, value)]
@@ -433,13 +517,64 @@ class ChangeEncoder:
         block, ``source.lsn`` the snapshot's LSN (``ctx.commit_lsn``)."""
         plan = self._plan(relation)
         value = self._envelope(plan, _OP_READ, None, row, ctx.commit_lsn, ctx, True, False)
-        return OutRecord(plan.topic, plan.required_key(row, None, "snapshot read"), value)
+        key = plan.required_key(row, None, "snapshot read")
+        if plan.toast_policy == TOAST_CACHE and key is not None:
+            self._remember(plan, key, row)
+        return OutRecord(plan.topic, key, value)
 
     def encode_truncate(self, change: TruncateChange, relation: Relation, ctx: EventContext) -> OutRecord:
         """The truncate event of one of ``change.relations``: null key, ``before``/``after`` null."""
         plan = self._plan(relation)
         value = self._envelope(plan, _OP_TRUNCATE, None, None, change.lsn, ctx, ctx.snapshot, True)
+        if plan.toast_policy == TOAST_CACHE:
+            for cached in [k for k in self._toast_cache if k[0] == plan.topic]:
+                del self._toast_cache[cached]
         return OutRecord(plan.topic, None, value)
+
+    # -- unchanged TOAST -------------------------------------------------------------------------
+
+    def _remember(self, plan: _TablePlan, key: bytes, row: TupleData) -> None:
+        """Keep ``row`` as the last one of ``key``; entries are per Relation version (the value
+        header), so a row cached before an ALTER TABLE is never read with the new column layout."""
+        cache = self._toast_cache
+        entry = (plan.topic, plan.value_header, key)
+        cache[entry] = row
+        cache.move_to_end(entry)
+        if len(cache) > self._toast.cache_rows:
+            cache.popitem(last=False)
+
+    def _fill_unchanged_toast(self, plan: _TablePlan, key: bytes | None, new: TupleData,
+                              old: TupleData | None) -> TupleData:
+        """``new`` with unchanged-TOAST columns filled from the old row (sent under REPLICA
+        IDENTITY FULL) or, with the cache policy, from the last row seen for the key. Columns that
+        neither source has stay marked: a value is never guessed."""
+        use_cache = plan.toast_policy == TOAST_CACHE and key is not None
+        if KIND_UNCHANGED_TOAST not in new.kinds:
+            if use_cache:
+                assert key is not None
+                self._remember(plan, key, new)
+            return new
+        kinds = bytearray(new.kinds)
+        values = list(new.values)
+        cached = self._toast_cache.get((plan.topic, plan.value_header, key)) if use_cache and key is not None else None
+        for i, kind in enumerate(new.kinds):
+            if kind != KIND_UNCHANGED_TOAST:
+                continue
+            for source in (old, cached):
+                if source is not None and source.kinds[i] in _VALUE_KINDS:
+                    kinds[i] = source.kinds[i]
+                    values[i] = source.values[i]
+                    if source is cached:
+                        self._observer.toast_cache(True)
+                    break
+            else:
+                if use_cache:
+                    self._observer.toast_cache(False)
+        filled = TupleData(bytes(kinds), tuple(values))
+        if use_cache:
+            assert key is not None
+            self._remember(plan, key, filled)
+        return filled
 
     # -- messages and transaction boundaries -----------------------------------------------------
 

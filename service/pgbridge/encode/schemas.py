@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any, Final
 
 from pgbridge.decode.messages import Column, Relation
-from pgbridge.encode.typemap import TypeCodec, TypeNames, codec_for
+from pgbridge.encode.typemap import TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.encode.wire import PRIMITIVES
 from pgbridge.errors import SchemaError
 
@@ -190,11 +190,34 @@ def field_names(columns: Iterable[Column]) -> tuple[str, ...]:
     return tuple(n for n in out if n is not None)
 
 
+COMPANION_SUFFIX: Final = "__text"
+
+
+def companion_names(names: tuple[str, ...], codecs: tuple[TypeCodec, ...]) -> tuple[str | None, ...]:
+    """The ``{field}__text`` sibling of each companion column (``None`` for the others), made
+    distinct from every column field and from each other."""
+    used = set(names)
+    out: list[str | None] = []
+    for name, codec in zip(names, codecs, strict=True):
+        if not codec.companion:
+            out.append(None)
+            continue
+        base = candidate = f"{name}{COMPANION_SUFFIX}"
+        suffix = 2
+        while candidate in used:
+            candidate = f"{base}_{suffix}"
+            suffix += 1
+        used.add(candidate)
+        out.append(candidate)
+    return tuple(out)
+
+
 # --- per-table schemas ----------------------------------------------------------------------------
 
 
-def column_codecs(relation: Relation, type_names: TypeNames | None) -> tuple[TypeCodec, ...]:
-    return tuple(codec_for(c.type_oid, c.type_modifier, type_names) for c in relation.columns)
+def column_codecs(relation: Relation, type_names: TypeNames | None,
+                  catalog: TypeCatalog | None = None) -> tuple[TypeCodec, ...]:
+    return tuple(codec_for(c.type_oid, c.type_modifier, type_names, catalog) for c in relation.columns)
 
 
 def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schema:
@@ -209,11 +232,52 @@ def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schem
     return out
 
 
+def _fields(names: tuple[str, ...], columns: tuple[Column, ...], codecs: tuple[TypeCodec, ...],
+            indexes: Iterable[int], nullable: bool) -> list[Schema]:
+    """Fields of the columns at ``indexes``; a companion codec's field is always nullable and is
+    followed by its ``__text`` sibling (null unless the value is outside the typed field's range)."""
+    siblings = companion_names(names, codecs)
+    fields: list[Schema] = []
+    for i in indexes:
+        codec = codecs[i]
+        fields.append(_field(names[i], columns[i], codec, nullable or codec.companion))
+        sibling = siblings[i]
+        if sibling is not None:
+            fields.append({"name": sibling, "type": ["null", "string"], "default": None,
+                           "pg_text_of": columns[i].name})
+    return _define_named_types_once(fields)
+
+
+def _define_named_types_once(fields: list[Schema]) -> list[Schema]:
+    """Avro allows one definition per named type in a schema: later uses become references.
+
+    Shared records (``pgbridge.types.Interval``, range records) appear once per column using them.
+    """
+    defined: set[str] = set()
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "record":
+            full = _full(node["name"], node.get("namespace"))
+            if full in defined:
+                return full
+            defined.add(full)
+            return {**node, "fields": [{**f, "type": walk(f["type"])} for f in node["fields"]]}
+        if node.get("type") == "array":
+            return {**node, "items": walk(node["items"])}
+        return node
+
+    return [{**f, "type": walk(f["type"])} for f in fields]
+
+
 def row_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...],
                names: tuple[str, ...]) -> Schema:
     """The ``Value`` record: every column, every field ``["null", T]`` with default null."""
     return {"type": "record", "name": "Value", "namespace": namespace,
-            "fields": [_field(n, c, k, True) for n, c, k in zip(names, relation.columns, codecs, strict=True)]}
+            "fields": _fields(names, relation.columns, codecs, range(len(codecs)), True)}
 
 
 def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...], names: tuple[str, ...],
@@ -221,12 +285,13 @@ def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...]
     """The ``Key`` record of the key columns in key order, or ``None`` when there are none.
 
     Key fields are not nullable: primary-key and replica-identity-index columns are NOT NULL in
-    Postgres, and a non-null key keeps compaction and partitioning well defined.
+    Postgres, and a non-null key keeps compaction and partitioning well defined. The exception is
+    a type with a companion (a ``timestamp`` key may hold ``infinity``): nullable, with its sibling.
     """
     if not key_indexes:
         return None
     return {"type": "record", "name": "Key", "namespace": namespace,
-            "fields": [_field(names[i], relation.columns[i], codecs[i], False) for i in key_indexes]}
+            "fields": _fields(names, relation.columns, codecs, key_indexes, False)}
 
 
 def envelope_schema(namespace: str, row: Schema) -> Schema:
@@ -235,3 +300,108 @@ def envelope_schema(namespace: str, row: Schema) -> Schema:
     template = load_schema("envelope")
     envelope = {"type": template.pop("type"), "name": template.pop("name"), "namespace": namespace, **template}
     return compose(envelope, {f"{namespace}.Value": row})
+
+
+# --- schema resolution ----------------------------------------------------------------------------
+
+_PROMOTIONS: Final = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"),
+                      ("long", "double"), ("float", "double"), ("string", "bytes"), ("bytes", "string")}
+
+
+def _named_types(schema: Any, namespace: str | None, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(schema, list):
+        for branch in schema:
+            _named_types(branch, namespace, out)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed"):
+            full = _full(schema["name"], schema.get("namespace") or namespace)
+            out[full] = schema
+            inner = full.rpartition(".")[0] or None
+            for f in schema.get("fields", ()):
+                _named_types(f["type"], inner, out)
+        elif kind == "array":
+            _named_types(schema["items"], namespace, out)
+        elif kind == "map":
+            _named_types(schema["values"], namespace, out)
+    return out
+
+
+def resolution_problem(*, writer: Schema, reader: Schema) -> str | None:
+    """Why a consumer holding ``reader`` cannot read data written with ``writer`` under the Avro
+    specification's schema resolution rules, or ``None`` when it can.
+
+    Logical types count as part of the type: a ``decimal`` whose scale changed, or a ``long``
+    that turned from ``timestamp-micros`` into ``time-micros``, would resolve in bytes but mean
+    something else, so it is reported. The tests check the verdicts against fastavro's reader.
+    """
+    writer_names = _named_types(writer, None, {})
+    reader_names = _named_types(reader, None, {})
+    seen: set[tuple[str, str]] = set()
+
+    def deref(node: Any, names: dict[str, Any]) -> Any:
+        if isinstance(node, str) and node not in PRIMITIVES:
+            return names.get(node, node)
+        return node
+
+    def kind(node: Any) -> str:
+        return node if isinstance(node, str) else "union" if isinstance(node, list) else str(node["type"])
+
+    def logical(node: Any) -> tuple[Any, ...]:
+        if isinstance(node, dict) and "logicalType" in node:
+            if node["logicalType"] == "decimal":
+                return ("decimal", node.get("scale", 0))
+            return (node["logicalType"],)
+        return ()
+
+    def check(w: Any, r: Any, path: str) -> str | None:
+        w, r = deref(w, writer_names), deref(r, reader_names)
+        if isinstance(w, list):
+            for branch in w:
+                problem = check(branch, r, path)
+                if problem is not None:
+                    return problem
+            return None
+        if isinstance(r, list):
+            for branch in r:
+                if check(w, branch, path) is None:
+                    return None
+            return f"{path}: writer type {kind(w)} matches no branch of the reader's union"
+        wk, rk = kind(w), kind(r)
+        if wk != rk and (wk, rk) not in _PROMOTIONS:
+            return f"{path}: writer type {wk} cannot be read as {rk}"
+        if logical(w) != logical(r):
+            return f"{path}: logical type changed from {logical(w) or wk} to {logical(r) or rk}"
+        if wk in ("record", "error"):
+            if w["name"] != r["name"] and w["name"] not in r.get("aliases", ()):
+                return f"{path}: record {w['name']} is read as {r['name']}"
+            pair = (json.dumps(w, sort_keys=True), json.dumps(r, sort_keys=True))
+            if pair in seen:
+                return None
+            seen.add((pair[0], pair[1]))
+            writer_fields = {f["name"]: f for f in w["fields"]}
+            for rf in r["fields"]:
+                wf = writer_fields.get(rf["name"])
+                if wf is None:
+                    wf = next((writer_fields[a] for a in rf.get("aliases", ()) if a in writer_fields), None)
+                if wf is None:
+                    if "default" not in rf:
+                        return f"{path}.{rf['name']}: reader field has no value in the writer and no default"
+                    continue
+                problem = check(wf["type"], rf["type"], f"{path}.{rf['name']}")
+                if problem is not None:
+                    return problem
+            return None
+        if wk == "array":
+            return check(w["items"], r["items"], f"{path}[]")
+        if wk == "map":
+            return check(w["values"], r["values"], f"{path}{{}}")
+        if wk == "enum":
+            missing = set(w["symbols"]) - set(r["symbols"])
+            if missing and "default" not in r:
+                return f"{path}: enum symbols {sorted(missing)} are unknown to the reader"
+        if wk == "fixed" and w.get("size") != r.get("size"):
+            return f"{path}: fixed size changed"
+        return None
+
+    return check(writer, reader, reader.get("name", "record"))

@@ -1,36 +1,43 @@
-"""Postgres types → Avro: one table row per builtin type OID.
+"""Postgres types → Avro: one table row per builtin type OID, the catalog for the rest.
 
 Each column gets a ``TypeCodec``: the Avro schema fragment of its (non-null) value, a converter
-from Postgres's text output to the Avro datum, one from the binary (``send``) form where that is
-simple, and the writer of the datum's Avro binary body. A datum is the value as Avro stores it,
-not a rich Python object: an ``int`` of microseconds for timestamps, of days for dates, the
-*unscaled* ``int`` for decimals, a ``list`` for arrays. Converting straight to that form keeps the
-hot loop free of ``datetime``/``Decimal`` objects that would only be taken apart again.
+from Postgres's text output to the Avro datum, one from the binary (``send``) form, and the
+writer of the datum's Avro binary body. A datum is the value as Avro stores it, not a rich
+Python object: an ``int`` of microseconds for timestamps, of days for dates, the *unscaled*
+``int`` for decimals, a ``list`` for arrays, a ``tuple`` for records. Converting straight to that
+form keeps the hot loop free of ``datetime``/``Decimal`` objects that would only be taken apart.
 
-Why the mappings are what they are:
+A value must never be silently wrong, and one odd value must not stop the stream. Some types
+have values their natural Avro type cannot hold: ``±infinity`` dates and timestamps, ``NaN`` and
+``±Infinity`` in a constrained ``numeric``, arrays with several dimensions or a lower bound other
+than 1, ranges with an infinite bound, ``infinity`` intervals (Postgres 17+). Such a type's codec
+is marked ``companion``: its row field keeps the natural type (so Spark sees a real ``date``,
+``timestamp`` or ``decimal`` column), and a sibling field ``{column}__text`` (``["null",
+"string"]``) is added after it. For every representable value the sibling is null; for a value
+the natural type cannot hold the typed field is null and the sibling carries a Postgres literal
+of the value (its text output; ``'infinity'``, ``'NaN'``, ``'{{1,2},{3,4}}'``). Converters signal
+this with ``Unrepresentable``. The full table with the reasons is ``docs/types.md``.
 
-* ``numeric(p,s)`` is a ``decimal`` with a fixed scale, exact. Postgres allows ``NaN`` even in a
-  constrained numeric; a decimal cannot hold it, so encoding stops with ``EncodeError`` instead of
-  inventing a number. Postgres 15+ also allows a negative scale or one above the precision; the
-  Avro decimal then gets ``scale = max(s, 0)`` and enough precision for every allowed value.
-* Unconstrained ``numeric`` is a ``string`` holding Postgres's exact text: its values carry any
-  scale (up to 16383 fraction digits) and ``NaN``/``±Infinity``, so no single Avro decimal scale
-  can hold them without rounding.
-* ``date`` ``±infinity`` → int32 max/min; ``timestamp``/``timestamptz`` ``±infinity`` → int64
-  max/min (the sentinels Postgres itself uses in its binary form). Finite timestamps after about
-  year 294247 do not fit a long of microseconds since 1970 and stop encoding with ``EncodeError``.
-* Text forms are parsed as Postgres prints them with ``DateStyle=ISO`` (any ``TimeZone``: offsets
-  such as ``+05:30`` or ``+00:53:28`` and ``BC`` years are handled), ``bytea_output`` hex or
-  escape, and ``client_encoding=UTF8``; the replication connection must use those settings.
-* Arrays are one-dimensional Avro arrays of nullable elements. A value with several dimensions or
-  a lower bound other than 1 has no faithful form in that schema and stops with ``EncodeError``
-  (as Debezium fails on it) rather than being flattened.
-* Every other type, and every OID not in the table (enums, domains, extension types), is a
-  ``string`` with Postgres's text representation: always exact, decodable, and what ``psql``
-  shows. Its ``pg_type`` names the type (from the pgoutput Type message for non-builtins).
+Other choices, in short:
 
-Extending to more builtin types (ranges, intervals, geometric types...) is adding a row to
-``_BUILTINS`` with a builder; nothing else changes.
+* Unconstrained ``numeric`` is a ``string`` with Postgres's exact text: its values carry any
+  scale (up to 16383 fraction digits) and ``NaN``/``±Infinity``, so no single decimal scale holds
+  them without rounding. ``numeric(p,s)`` is an exact ``decimal(p,s)`` (negative scales and
+  scales above the precision, Postgres 15+, get ``scale = max(s, 0)`` and room for every value).
+* ``interval`` is a record ``(months, days, microseconds)``: Postgres's own three fields, which
+  no single duration can express (a month has no fixed length). Ranges are records ``(lower,
+  upper, lower_inclusive, upper_inclusive, empty)`` with a null bound for an unbounded side;
+  multiranges are arrays of those records.
+* Text forms are parsed as Postgres prints them with ``DateStyle=ISO``, ``IntervalStyle=postgres``,
+  ``bytea_output`` hex or escape and ``client_encoding=UTF8`` (see ``source/connection.py``).
+* Domains encode as their base type (named after the domain); arrays of catalog types as arrays
+  of their element's codec; enums, composite types, ``money``, geometric, network and text-search
+  types, and any unknown OID are ``string`` with Postgres's text: always exact and decodable.
+* Binary (pgoutput ``binary 'true'``, a session-wide option) sends every type that has a send
+  function in binary. Every type in the table that has a natural Avro type has a binary decoder,
+  as have text-like catalog types (enums, ``citext``, ``hstore``); a type pgbridge cannot read in
+  binary (``money``, geometric, network, text-search, composite, unknown extension types) stops
+  with an ``EncodeError`` naming the column: turn ``postgres.binary`` off for such tables.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ import binascii
 import struct
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final
@@ -70,16 +77,25 @@ from pgbridge.errors import FatalError
 class EncodeError(FatalError):
     """A value or relation that cannot be written faithfully in the contract's Avro form.
 
-    Raised instead of writing a value that would misrepresent the row (``NaN`` in a decimal, a
-    two-dimensional array in a one-dimensional schema); the encoder adds the table and column.
+    Raised instead of writing a value that would misrepresent the row; the encoder adds the table
+    and column. With the ``__text`` companion fields this is left for malformed input and for
+    binary values of types pgbridge cannot read in binary.
     """
 
 
-_NUMERIC_NAN_HINT: Final = ("constrained numeric(p,s) columns map to Avro decimal, which has no NaN; "
-                            "use unconstrained numeric (encoded as an exact string) for columns that hold NaN")
-_ARRAY_SHAPE_HINT: Final = ("pgbridge encodes array columns as one-dimensional Avro arrays with lower bound 1; "
-                            "store multi-dimensional or offset arrays as json/jsonb or text")
-_BINARY_HINT: Final = "start replication without the pgoutput option binary 'true'"
+class Unrepresentable(Exception):
+    """The value is valid but its codec's Avro type cannot hold it: write it to the companion.
+
+    ``text`` is a Postgres literal of the value when the converter knows one (always in binary
+    mode when it can be built); in text mode the encoder uses the raw text itself.
+    """
+
+    def __init__(self, text: str | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+_BINARY_HINT: Final = "set postgres.binary to false: pgbridge reads this type only in text format"
 
 # --- type modifiers -------------------------------------------------------------------------------
 
@@ -111,6 +127,8 @@ def length_typmod(typmod: int) -> int | None:
 
 Converter = Callable[[bytes], Any]
 Writer = Callable[[Any], bytes]
+FieldEncoder = Callable[[bytes], bytes]
+_NULL_THEN_TEXT: Final = NULL_BRANCH + VALUE_BRANCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +136,9 @@ class TypeCodec:
     """How one Postgres type (with its modifier) becomes Avro.
 
     ``avro`` is the non-null fragment; row fields wrap it as ``["null", avro]``. ``text_to_avro``
-    is an optional fused fast path equal to ``write(from_text(raw))``.
+    is an optional fused fast path equal to ``write(from_text(raw))``. ``companion`` codecs may
+    raise ``Unrepresentable`` and get a ``{column}__text`` sibling field. ``text_of_binary`` turns
+    a binary value into a Postgres literal (for companions and for arrays' element texts).
     """
 
     pg_type: str
@@ -128,9 +148,14 @@ class TypeCodec:
     write: Writer
     attributes: Mapping[str, Any] = field(default_factory=dict)
     text_to_avro: Callable[[bytes], bytes] | None = None
+    companion: bool = False
+    text_of_binary: Callable[[bytes], str] | None = None
+
+    def renamed(self, pg_type: str, **attributes: Any) -> TypeCodec:
+        return replace(self, pg_type=pg_type, attributes={**self.attributes, **attributes})
 
     def text_encoder(self) -> Callable[[bytes], bytes]:
-        """Raw text bytes → Avro body of the value."""
+        """Raw text bytes → Avro body of the value (may raise ``Unrepresentable``)."""
         if self.text_to_avro is not None:
             return self.text_to_avro
         convert, write = self.from_text, self.write
@@ -148,6 +173,51 @@ class TypeCodec:
             return unsupported
         write = self.write
         return lambda raw: write(convert(raw))
+
+    @property
+    def null_field(self) -> bytes:
+        """The field (and companion) bytes of a NULL or absent value."""
+        return NULL_BRANCH + NULL_BRANCH if self.companion else NULL_BRANCH
+
+    def field_text_encoder(self) -> FieldEncoder:
+        """Raw text → the bytes of the nullable field, and of its companion when it has one.
+
+        The hot path of the encoder: each is one call per column, fused where a type allows."""
+        convert, write = self.from_text, self.write
+        if not self.companion:
+            fused = _FUSED_TEXT_FIELDS.get(self.text_to_avro) if self.text_to_avro is not None else None
+            if fused is not None:
+                return fused
+            body = self.text_to_avro
+            if body is not None:
+                return lambda raw: VALUE_BRANCH + body(raw)
+            return lambda raw: VALUE_BRANCH + write(convert(raw))
+
+        def encode(raw: bytes) -> bytes:
+            try:
+                return VALUE_BRANCH + write(convert(raw)) + NULL_BRANCH
+            except Unrepresentable:
+                return _NULL_THEN_TEXT + string_raw_to_avro(raw)
+
+        return encode
+
+    def field_binary_encoder(self) -> FieldEncoder:
+        """Raw binary → the bytes of the nullable field, and of its companion when it has one."""
+        body = self.binary_encoder()
+        if not self.companion:
+            return lambda raw: VALUE_BRANCH + body(raw)
+        pg_type = self.pg_type
+
+        def encode(raw: bytes) -> bytes:
+            try:
+                return VALUE_BRANCH + body(raw) + NULL_BRANCH
+            except Unrepresentable as exc:
+                if exc.text is None:
+                    raise EncodeError(f"a binary value of type {pg_type} has no Avro form and pgbridge "
+                                      "cannot print it as text", hint=_BINARY_HINT) from None
+                return _NULL_THEN_TEXT + write_string(exc.text)
+
+        return encode
 
 
 # --- scalar converters ----------------------------------------------------------------------------
@@ -189,6 +259,20 @@ def _bool_text_to_avro(raw: bytes) -> bytes:
 
 def _long_text_to_avro(raw: bytes) -> bytes:
     return write_long(int(raw))
+
+
+def _string_text_field(raw: bytes) -> bytes:
+    if not raw.isascii():
+        raw.decode()
+    return VALUE_BRANCH + write_length(len(raw)) + raw
+
+
+def _long_text_field(raw: bytes) -> bytes:
+    return VALUE_BRANCH + write_long(int(raw))
+
+
+_FUSED_TEXT_FIELDS: Final[Mapping[Callable[[bytes], bytes], FieldEncoder]] = {
+    string_raw_to_avro: _string_text_field, _long_text_to_avro: _long_text_field}
 
 
 def _float_from_text(raw: bytes) -> float:
@@ -268,7 +352,7 @@ _POW10: Final[tuple[int, ...]] = tuple(10**i for i in range(1001))
 def decimal_unscaled(raw: bytes, scale: int) -> int:
     """Numeric text → the unscaled integer at ``scale`` (``"-1.50"``, 2 → ``-150``), exactly.
 
-    ``NaN`` and ``±Infinity`` have no decimal form and raise ``EncodeError``; digits past ``scale``
+    ``NaN`` and ``±Infinity`` have no decimal form and raise ``Unrepresentable``; digits past ``scale``
     that are not zero would need rounding and raise ``ValueError`` (Postgres never sends them for
     a column of that scale).
     """
@@ -279,7 +363,7 @@ def decimal_unscaled(raw: bytes, scale: int) -> int:
         if len(raw) - dot - 1 == scale:  # the usual case: Postgres prints exactly the column's scale
             return int(raw.replace(b".", b""))
     if raw in (b"NaN", b"Infinity", b"-Infinity"):
-        raise EncodeError(f"numeric value {raw.decode()} cannot be an Avro decimal", hint=_NUMERIC_NAN_HINT)
+        raise Unrepresentable(raw.decode())
     if dot < 0:
         return int(raw) * _POW10[scale]
     whole, frac = raw[:dot], raw[dot + 1:]
@@ -311,6 +395,7 @@ def _decimal_codec(precision: int, scale: int) -> TypeCodec:
         {"type": "bytes", "logicalType": "decimal", "precision": avro_precision, "scale": avro_scale},
         from_text, from_binary, write_decimal_bytes,
         {"pg_precision": precision, "pg_scale": scale}, text_to_avro,
+        companion=True, text_of_binary=numeric_text_from_binary,
     )
 
 
@@ -319,14 +404,15 @@ def _numeric_codec(name: str, typmod: int) -> TypeCodec:
     if ps is not None:
         return _decimal_codec(*ps)
     return TypeCodec(name, "string", text_from_utf8, numeric_text_from_binary, write_string,
-                     text_to_avro=string_raw_to_avro)
+                     text_to_avro=string_raw_to_avro, text_of_binary=numeric_text_from_binary)
 
 
 # --- dates and times ------------------------------------------------------------------------------
 
 _US_PER_SECOND: Final = 1_000_000
 _SECONDS_PER_DAY: Final = 86_400
-_PG_EPOCH_UNIX_DAYS: Final = PG_EPOCH_UNIX_US // (_SECONDS_PER_DAY * _US_PER_SECOND)
+_US_PER_DAY: Final = _SECONDS_PER_DAY * _US_PER_SECOND
+_PG_EPOCH_UNIX_DAYS: Final = PG_EPOCH_UNIX_US // _US_PER_DAY
 
 
 def civil_to_unix_days(year: int, month: int, day: int) -> int:
@@ -345,6 +431,45 @@ def civil_to_unix_days(year: int, month: int, day: int) -> int:
     return era * 146097 + doe - 719468
 
 
+def unix_days_to_civil(days: int) -> tuple[int, int, int]:
+    """Inverse of ``civil_to_unix_days`` (Hinnant's ``civil_from_days``)."""
+    days += 719468
+    era = days // 146097
+    doe = days - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def format_date(unix_days: int) -> str:
+    """A date literal as Postgres prints it with ``DateStyle=ISO`` (``BC`` for years before 1)."""
+    year, month, day = unix_days_to_civil(unix_days)
+    if year <= 0:
+        return f"{1 - year:04d}-{month:02d}-{day:02d} BC"
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def format_time(micros: int) -> str:
+    """``HH:MM:SS[.ffffff]`` with trailing zeros of the fraction dropped, as Postgres prints."""
+    seconds, us = divmod(micros, _US_PER_SECOND)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{hours:02d}:{minute:02d}:{sec:02d}"
+    return f"{text}.{us:06d}".rstrip("0") if us else text
+
+
+def format_timestamp(unix_us: int, with_zone: bool) -> str:
+    """A timestamp literal (``timestamptz`` in UTC, ``+00``) from microseconds since 1970."""
+    days, micros = divmod(unix_us, _US_PER_DAY)
+    date = format_date(days)
+    bc = date.endswith(" BC")
+    text = f"{date[:-3] if bc else date} {format_time(micros)}{'+00' if with_zone else ''}"
+    return f"{text} BC" if bc else text
+
+
 @lru_cache(maxsize=4096)
 def _iso_date_days(text: bytes) -> int:
     """``YYYY-MM-DD`` with an optional `` BC`` suffix; cached because rows share dates."""
@@ -359,18 +484,26 @@ def _iso_date_days(text: bytes) -> int:
 
 
 def date_from_text(raw: bytes) -> int:
-    if raw == b"infinity":
-        return INT32_MAX
-    if raw == b"-infinity":
-        return INT32_MIN
+    if raw == b"infinity" or raw == b"-infinity":
+        raise Unrepresentable(raw.decode())
     return _iso_date_days(raw)
 
 
 def _date_from_binary(raw: bytes) -> int:
     days: int = _unpack_int4(raw)[0]
-    if days in (INT32_MAX, INT32_MIN):
-        return days
+    if days == INT32_MAX:
+        raise Unrepresentable("infinity")
+    if days == INT32_MIN:
+        raise Unrepresentable("-infinity")
     return days + _PG_EPOCH_UNIX_DAYS
+
+
+def _date_text_of_binary(raw: bytes) -> str:
+    try:
+        return format_date(_date_from_binary(raw))
+    except Unrepresentable as exc:
+        assert exc.text is not None
+        return exc.text
 
 
 def _time_of_day_micros(t: bytes) -> int:
@@ -412,7 +545,12 @@ def _timestamp_micros(raw: bytes, with_zone: bool) -> int:
         offset = _utc_offset_seconds(rest[i:])
         rest = rest[:i]
     days = _iso_date_days(date)
-    return (days * _SECONDS_PER_DAY - offset) * _US_PER_SECOND + _time_of_day_micros(rest)
+    micros = (days * _SECONDS_PER_DAY - offset) * _US_PER_SECOND + _time_of_day_micros(rest)
+    if not INT64_MIN < micros < INT64_MAX:
+        # Beyond about year 294247 a long of microseconds since 1970 overflows; Postgres allows
+        # timestamps up to 294276 AD. Kept exactly in the companion.
+        raise Unrepresentable(raw.decode())
+    return micros
 
 
 _EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -447,18 +585,32 @@ def timestamptz_from_text(raw: bytes) -> int:
 
 
 def _infinite_timestamp(raw: bytes) -> int:
-    if raw == b"infinity":
-        return INT64_MAX
-    if raw == b"-infinity":
-        return INT64_MIN
+    if raw == b"infinity" or raw == b"-infinity":
+        raise Unrepresentable(raw.decode())
     raise ValueError("timestamp is not in ISO form (DateStyle=ISO)")
 
 
-def _timestamp_from_binary(raw: bytes) -> int:
-    us: int = _unpack_int8(raw)[0]
-    if us in (INT64_MAX, INT64_MIN):
-        return us
-    return us + PG_EPOCH_UNIX_US
+def _timestamp_binary(with_zone: bool) -> tuple[Converter, Callable[[bytes], str]]:
+    def from_binary(raw: bytes) -> int:
+        us: int = _unpack_int8(raw)[0]
+        if us == INT64_MAX:
+            raise Unrepresentable("infinity")
+        if us == INT64_MIN:
+            raise Unrepresentable("-infinity")
+        unix_us = us + PG_EPOCH_UNIX_US
+        if unix_us >= INT64_MAX:
+            raise Unrepresentable(format_timestamp(unix_us, with_zone))
+        return unix_us
+
+    def text_of_binary(raw: bytes) -> str:
+        us: int = _unpack_int8(raw)[0]
+        if us == INT64_MAX:
+            return "infinity"
+        if us == INT64_MIN:
+            return "-infinity"
+        return format_timestamp(us + PG_EPOCH_UNIX_US, with_zone)
+
+    return from_binary, text_of_binary
 
 
 def _time_from_binary(raw: bytes) -> int:
@@ -468,6 +620,88 @@ def _time_from_binary(raw: bytes) -> int:
 
 def time_from_text(raw: bytes) -> int:
     return _time_of_day_micros(raw)
+
+
+_unpack_timetz = struct.Struct("!qi").unpack
+
+
+def _timetz_text_of_binary(raw: bytes) -> str:
+    """``timetz`` send form (microseconds, zone in seconds *west* of UTC) → its ISO text."""
+    micros, zone = _unpack_timetz(raw)
+    offset = -zone
+    sign = "-" if offset < 0 else "+"
+    hours, rest = divmod(abs(offset), 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or seconds:
+        text += f":{minutes:02d}"
+    if seconds:
+        text += f":{seconds:02d}"
+    return format_time(micros) + text
+
+
+# --- interval -------------------------------------------------------------------------------------
+
+INTERVAL_AVRO: Final = {"type": "record", "name": "Interval", "namespace": "pgbridge.types", "fields": [
+    {"name": "months", "type": "int"}, {"name": "days", "type": "int"},
+    {"name": "microseconds", "type": "long"}]}
+_unpack_interval = struct.Struct("!qii").unpack
+_INTERVAL_UNITS: Final = {b"year": 12, b"years": 12, b"mon": 1, b"mons": 1}
+
+
+def interval_from_text(raw: bytes) -> tuple[int, int, int]:
+    """``IntervalStyle=postgres`` text (``1 year -2 mons +3 days -04:05:06.5``) → (months, days, µs)."""
+    if raw == b"infinity" or raw == b"-infinity":
+        raise Unrepresentable(raw.decode())
+    months = days = micros = 0
+    tokens = raw.split()
+    i, n = 0, len(tokens)
+    while i < n:
+        token = tokens[i]
+        if b":" in token:
+            negative = token[:1] == b"-"
+            hms = token.lstrip(b"+-").split(b":")
+            if len(hms) != 3:
+                raise ValueError("interval time is not HH:MM:SS (IntervalStyle=postgres)")
+            whole, _, frac = hms[2].partition(b".")
+            us = ((int(hms[0]) * 60 + int(hms[1])) * 60 + int(whole)) * _US_PER_SECOND
+            if frac:
+                us += int(frac.ljust(6, b"0"))
+            micros += -us if negative else us
+            i += 1
+            continue
+        if i + 1 >= n:
+            raise ValueError("interval number without a unit (IntervalStyle=postgres)")
+        count, unit = int(token), tokens[i + 1]
+        if unit in (b"day", b"days"):
+            days += count
+        else:
+            months += count * _INTERVAL_UNITS[unit]
+        i += 2
+    return months, days, micros
+
+
+def _interval_from_binary(raw: bytes) -> tuple[int, int, int]:
+    micros, days, months = _unpack_interval(raw)
+    if micros == INT64_MAX and days == INT32_MAX and months == INT32_MAX:
+        raise Unrepresentable("infinity")
+    if micros == INT64_MIN and days == INT32_MIN and months == INT32_MIN:
+        raise Unrepresentable("-infinity")
+    return months, days, micros
+
+
+def _interval_text_of_binary(raw: bytes) -> str:
+    try:
+        months, days, micros = _interval_from_binary(raw)
+    except Unrepresentable as exc:
+        assert exc.text is not None
+        return exc.text
+    sign = "-" if micros < 0 else ""
+    return f"{months} mons {days} days {sign}{format_time(abs(micros))}"
+
+
+def _write_interval(value: tuple[int, int, int]) -> bytes:
+    return write_int(value[0]) + write_int(value[1]) + write_long(value[2])
 
 
 # --- arrays ---------------------------------------------------------------------------------------
@@ -598,37 +832,95 @@ def _parse_array_level(text: bytes, pos: int, delim: int) -> tuple[list[Any], in
         raise ValueError("expected delimiter or '}' in array literal")
 
 
+_ARRAY_HEAD: Final = struct.Struct("!iiI")
+_ARRAY_DIM: Final = struct.Struct("!ii")
+_ARRAY_SPECIAL: Final = frozenset(b'{}"\\ \t\n\r\v\f')
+
+
+def quote_array_element(text: str, delimiter: str) -> str:
+    """An element as ``array_out`` writes it: double-quoted when it needs to be."""
+    if (not text or text.upper() == "NULL" or delimiter in text
+            or any(ord(c) in _ARRAY_SPECIAL for c in text if ord(c) < 128)):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _binary_array_text(raw: bytes, element_text: Callable[[bytes], str] | None, delimiter: str) -> str | None:
+    """The text literal of a binary array of any shape (``None`` if elements have no text form)."""
+    if element_text is None:
+        return None
+    ndim, _flags, _oid = _ARRAY_HEAD.unpack_from(raw)
+    if ndim == 0:
+        return "{}"
+    dims = [_ARRAY_DIM.unpack_from(raw, 12 + 8 * d) for d in range(ndim)]
+    pos = 12 + 8 * ndim
+    texts: list[str] = []
+    total = 1
+    for count, _lower in dims:
+        total *= count
+    for _ in range(total):
+        (size,) = _unpack_int4(raw[pos:pos + 4])
+        pos += 4
+        if size < 0:
+            texts.append("NULL")
+        else:
+            texts.append(quote_array_element(element_text(raw[pos:pos + size]), delimiter))
+            pos += size
+    it = iter(texts)
+
+    def nest(level: int) -> str:
+        count = dims[level][0]
+        if level == ndim - 1:
+            return "{" + delimiter.join(next(it) for _ in range(count)) + "}"
+        return "{" + delimiter.join(nest(level + 1) for _ in range(count)) + "}"
+
+    body = nest(0)
+    if any(lower != 1 for _, lower in dims):
+        body = "".join(f"[{lower}:{lower + count - 1}]" for count, lower in dims) + "=" + body
+    return body
+
+
 def _array_codec(name: str, element: TypeCodec, delimiter: bytes) -> TypeCodec:
+    """A one-dimensional Avro array of nullable elements; any other shape goes to the companion."""
     elem_text, elem_binary, elem_write = element.from_text, element.from_binary, element.write
+    elem_text_of_binary = element.text_of_binary
+    delim = delimiter.decode()
 
     def from_text(raw: bytes) -> list[Any]:
         if raw[:1] == b"[":
-            raise EncodeError("array with a lower bound other than 1", hint=_ARRAY_SHAPE_HINT)
+            raise Unrepresentable()  # a lower bound other than 1
         items = parse_array_literal(raw, delimiter)
         if items and any(isinstance(e, list) for e in items):
-            raise EncodeError("multi-dimensional array", hint=_ARRAY_SHAPE_HINT)
+            raise Unrepresentable()  # several dimensions
         return [None if e is None else elem_text(e) for e in items]
+
+    def text_of_binary(raw: bytes) -> str:
+        text = _binary_array_text(raw, elem_text_of_binary, delim)
+        if text is None:
+            raise EncodeError(f"binary format of type {element.pg_type} is not supported", hint=_BINARY_HINT)
+        return text
 
     def from_binary(raw: bytes) -> list[Any]:
         assert elem_binary is not None
-        ndim, _flags, _elem_oid = struct.unpack_from("!iiI", raw)
+        ndim, _flags, _elem_oid = _ARRAY_HEAD.unpack_from(raw)
         if ndim == 0:
             return []
-        if ndim != 1:
-            raise EncodeError("multi-dimensional array", hint=_ARRAY_SHAPE_HINT)
-        count, lower = struct.unpack_from("!ii", raw, 12)
-        if lower != 1:
-            raise EncodeError("array with a lower bound other than 1", hint=_ARRAY_SHAPE_HINT)
+        count, lower = _ARRAY_DIM.unpack_from(raw, 12)
+        if ndim != 1 or lower != 1:
+            raise Unrepresentable(_binary_array_text(raw, elem_text_of_binary, delim))
         out: list[Any] = []
         pos = 20
-        for _ in range(count):
-            (size,) = _unpack_int4(raw[pos:pos + 4])
-            pos += 4
-            if size < 0:
-                out.append(None)
-            else:
-                out.append(elem_binary(raw[pos:pos + size]))
-                pos += size
+        try:
+            for _ in range(count):
+                (size,) = _unpack_int4(raw[pos:pos + 4])
+                pos += 4
+                if size < 0:
+                    out.append(None)
+                else:
+                    out.append(elem_binary(raw[pos:pos + size]))
+                    pos += size
+        except Unrepresentable:
+            raise Unrepresentable(_binary_array_text(raw, elem_text_of_binary, delim)) from None
         return out
 
     def write(items: list[Any]) -> bytes:
@@ -641,7 +933,253 @@ def _array_codec(name: str, element: TypeCodec, delimiter: bytes) -> TypeCodec:
         return b"".join(body)
 
     return TypeCodec(name, {"type": "array", "items": ["null", element.avro]}, from_text,
-                     from_binary if elem_binary is not None else None, write)
+                     from_binary if elem_binary is not None else None, write, companion=True,
+                     text_of_binary=text_of_binary if elem_text_of_binary is not None else None)
+
+
+# --- ranges and multiranges -----------------------------------------------------------------------
+
+_RANGE_EMPTY: Final = 0x01
+_RANGE_LB_INC: Final = 0x02
+_RANGE_UB_INC: Final = 0x04
+_RANGE_LB_INF: Final = 0x08
+_RANGE_UB_INF: Final = 0x10
+_RANGE_SPECIAL: Final = frozenset(b'"\\()[],{} \t\n\r\v\f')
+
+RangeDatum = tuple[Any, Any, bool, bool, bool]
+"""(lower, upper, lower_inclusive, upper_inclusive, empty); a ``None`` bound is unbounded."""
+
+
+def _range_bound(text: bytes, pos: int, stops: bytes) -> tuple[bytes | None, int]:
+    """One bound of ``range_in`` syntax from ``pos``: quoted (``""`` or ``\\`` escapes) or bare."""
+    buf = bytearray()
+    quoted = False
+    n = len(text)
+    while pos < n and text[pos] not in stops:
+        c = text[pos]
+        if c == 0x22:  # '"'
+            quoted = True
+            pos += 1
+            while pos < n:
+                c = text[pos]
+                if c == 0x5C:
+                    buf.append(text[pos + 1])
+                    pos += 2
+                elif c == 0x22:
+                    if text[pos + 1:pos + 2] == b'"':
+                        buf.append(0x22)
+                        pos += 2
+                    else:
+                        pos += 1
+                        break
+                else:
+                    buf.append(c)
+                    pos += 1
+        elif c == 0x5C:
+            buf.append(text[pos + 1])
+            pos += 2
+        else:
+            buf.append(c)
+            pos += 1
+    return (bytes(buf) if buf or quoted else None), pos
+
+
+def parse_range_literal(text: bytes) -> tuple[bytes | None, bytes | None, bool, bool] | None:
+    """``range_out`` text → (lower text, upper text, lower inclusive, upper inclusive); ``None``
+    for ``empty``; an absent bound (unbounded side) is ``None``."""
+    text = text.strip()
+    if text.lower() == b"empty":
+        return None
+    if text[:1] not in (b"[", b"(") or text[-1:] not in (b"]", b")"):
+        raise ValueError("range literal must be enclosed in [ or ( and ] or )")
+    lower, pos = _range_bound(text, 1, b",")
+    if text[pos:pos + 1] != b",":
+        raise ValueError("range literal has no comma between its bounds")
+    upper, pos = _range_bound(text, pos + 1, b")]")
+    if pos != len(text) - 1:
+        raise ValueError("junk after range literal")
+    return lower, upper, text[:1] == b"[", text[-1:] == b"]"
+
+
+def _quote_range_bound(text: str) -> str:
+    if not text or any(ord(c) in _RANGE_SPECIAL for c in text if ord(c) < 128):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def _range_avro(name: str, element: TypeCodec) -> dict[str, Any]:
+    return {"type": "record", "name": avro_type_name(name), "namespace": "pgbridge.types", "fields": [
+        {"name": "lower", "type": ["null", element.avro], "default": None},
+        {"name": "upper", "type": ["null", element.avro], "default": None},
+        {"name": "lower_inclusive", "type": "boolean"}, {"name": "upper_inclusive", "type": "boolean"},
+        {"name": "empty", "type": "boolean"}]}
+
+
+def avro_type_name(pg_name: str) -> str:
+    """``int4range`` → ``Int4range``: a record name for a Postgres type."""
+    cleaned = "".join(c if c.isalnum() else "_" for c in pg_name)
+    return cleaned[:1].upper() + cleaned[1:] if cleaned and not cleaned[0].isdigit() else f"T_{cleaned}"
+
+
+def _range_parts(element: TypeCodec) -> tuple[Converter, Converter | None, Writer, Callable[[bytes], str] | None]:
+    elem_text, elem_binary, elem_write = element.from_text, element.from_binary, element.write
+    elem_text_of_binary = element.text_of_binary
+
+    def from_text(raw: bytes) -> RangeDatum:
+        parsed = parse_range_literal(raw)
+        if parsed is None:
+            return None, None, False, False, True
+        lower, upper, lower_inc, upper_inc = parsed
+        try:
+            return (None if lower is None else elem_text(lower), None if upper is None else elem_text(upper),
+                    lower_inc, upper_inc, False)
+        except Unrepresentable:
+            raise Unrepresentable(raw.decode()) from None
+
+    def bounds_of_binary(raw: bytes) -> tuple[int, bytes | None, bytes | None]:
+        flags = raw[0]
+        pos = 1
+        lower = upper = None
+        if not flags & (_RANGE_EMPTY | _RANGE_LB_INF):
+            (size,) = _unpack_int4(raw[pos:pos + 4])
+            lower, pos = raw[pos + 4:pos + 4 + size], pos + 4 + size
+        if not flags & (_RANGE_EMPTY | _RANGE_UB_INF):
+            (size,) = _unpack_int4(raw[pos:pos + 4])
+            upper = raw[pos + 4:pos + 4 + size]
+        return flags, lower, upper
+
+    def text_of_binary(raw: bytes) -> str:
+        assert elem_text_of_binary is not None
+        flags, lower, upper = bounds_of_binary(raw)
+        if flags & _RANGE_EMPTY:
+            return "empty"
+        return ("[" if flags & _RANGE_LB_INC else "(") + \
+            ("" if lower is None else _quote_range_bound(elem_text_of_binary(lower))) + "," + \
+            ("" if upper is None else _quote_range_bound(elem_text_of_binary(upper))) + \
+            ("]" if flags & _RANGE_UB_INC else ")")
+
+    def from_binary(raw: bytes) -> RangeDatum:
+        assert elem_binary is not None
+        flags, lower, upper = bounds_of_binary(raw)
+        if flags & _RANGE_EMPTY:
+            return None, None, False, False, True
+        try:
+            return (None if lower is None else elem_binary(lower), None if upper is None else elem_binary(upper),
+                    bool(flags & _RANGE_LB_INC), bool(flags & _RANGE_UB_INC), False)
+        except Unrepresentable:
+            raise Unrepresentable(text_of_binary(raw) if elem_text_of_binary is not None else None) from None
+
+    def write(value: RangeDatum) -> bytes:
+        lower, upper, lower_inc, upper_inc, empty = value
+        return b"".join((NULL_BRANCH if lower is None else VALUE_BRANCH + elem_write(lower),
+                         NULL_BRANCH if upper is None else VALUE_BRANCH + elem_write(upper),
+                         TRUE if lower_inc else FALSE, TRUE if upper_inc else FALSE, TRUE if empty else FALSE))
+
+    binary_ok = elem_binary is not None
+    return (from_text, from_binary if binary_ok else None, write,
+            text_of_binary if binary_ok and elem_text_of_binary is not None else None)
+
+
+def _range_codec(name: str, element: TypeCodec) -> TypeCodec:
+    from_text, from_binary, write, text_of_binary = _range_parts(element)
+    return TypeCodec(name, _range_avro(name, element), from_text, from_binary, write,
+                     {"pg_element_type": element.pg_type}, companion=element.companion,
+                     text_of_binary=text_of_binary)
+
+
+def split_multirange_literal(text: bytes) -> list[bytes]:
+    """``{[1,3),[5,7)}`` → the ranges' texts."""
+    text = text.strip()
+    if text[:1] != b"{" or text[-1:] != b"}":
+        raise ValueError("multirange literal must be enclosed in braces")
+    out: list[bytes] = []
+    pos, n = 1, len(text) - 1
+    while pos < n:
+        c = text[pos]
+        if c in b" ,\t\n\r":
+            pos += 1
+            continue
+        start = pos
+        in_quotes = False
+        while pos < n:
+            c = text[pos]
+            if c == 0x5C:
+                pos += 2
+                continue
+            if c == 0x22:
+                in_quotes = not in_quotes
+            elif not in_quotes and c in b")]":
+                pos += 1
+                break
+            pos += 1
+        out.append(text[start:pos])
+    return out
+
+
+def _multirange_codec(name: str, range_codec: TypeCodec, element: TypeCodec) -> TypeCodec:
+    range_text, range_binary, range_write, range_text_of_binary = _range_parts(element)
+
+    def from_text(raw: bytes) -> list[RangeDatum]:
+        try:
+            return [range_text(part) for part in split_multirange_literal(raw)]
+        except Unrepresentable:
+            raise Unrepresentable(raw.decode()) from None
+
+    def text_of_binary(raw: bytes) -> str:
+        assert range_text_of_binary is not None
+        return "{" + ",".join(range_text_of_binary(part) for part in _multirange_parts(raw)) + "}"
+
+    def from_binary(raw: bytes) -> list[RangeDatum]:
+        assert range_binary is not None
+        try:
+            return [range_binary(part) for part in _multirange_parts(raw)]
+        except Unrepresentable:
+            raise Unrepresentable(text_of_binary(raw) if range_text_of_binary is not None else None) from None
+
+    def write(items: list[RangeDatum]) -> bytes:
+        if not items:
+            return EMPTY_ARRAY
+        return write_long(len(items)) + b"".join(range_write(item) for item in items) + EMPTY_ARRAY
+
+    return TypeCodec(name, {"type": "array", "items": range_codec.avro}, from_text,
+                     from_binary if range_binary is not None else None, write,
+                     {"pg_element_type": element.pg_type}, companion=element.companion,
+                     text_of_binary=text_of_binary if range_text_of_binary is not None else None)
+
+
+def _multirange_parts(raw: bytes) -> list[bytes]:
+    (count,) = _unpack_int4(raw[:4])
+    parts, pos = [], 4
+    for _ in range(count):
+        (size,) = _unpack_int4(raw[pos:pos + 4])
+        parts.append(raw[pos + 4:pos + 4 + size])
+        pos += 4 + size
+    return parts
+
+
+# --- extension types read in binary ---------------------------------------------------------------
+
+
+def _hstore_text_of_binary(raw: bytes) -> str:
+    """``hstore_send`` (count, then length-prefixed keys and values, -1 for NULL) → ``hstore_out``."""
+    def quoted(b: bytes) -> str:
+        return '"' + b.decode().replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    (count,) = _unpack_int4(raw[:4])
+    pos = 4
+    pairs = []
+    for _ in range(count):
+        (klen,) = _unpack_int4(raw[pos:pos + 4])
+        key = raw[pos + 4:pos + 4 + klen]
+        pos += 4 + klen
+        (vlen,) = _unpack_int4(raw[pos:pos + 4])
+        pos += 4
+        if vlen < 0:
+            pairs.append(f"{quoted(key)}=>NULL")
+        else:
+            pairs.append(f"{quoted(key)}=>{quoted(raw[pos:pos + vlen])}")
+            pos += vlen
+    return ", ".join(pairs)
 
 
 # --- the table ------------------------------------------------------------------------------------
@@ -651,9 +1189,11 @@ Builder = Callable[[str, int], TypeCodec]
 
 
 def _fixed(avro: AvroSchema, from_text: Converter, from_binary: Converter | None, write: Writer,
-           text_to_avro: Callable[[bytes], bytes] | None = None) -> Builder:
+           text_to_avro: Callable[[bytes], bytes] | None = None, *, companion: bool = False,
+           text_of_binary: Callable[[bytes], str] | None = None) -> Builder:
     def build(name: str, typmod: int) -> TypeCodec:
-        return TypeCodec(name, avro, from_text, from_binary, write, text_to_avro=text_to_avro)
+        return TypeCodec(name, avro, from_text, from_binary, write, text_to_avro=text_to_avro,
+                         companion=companion, text_of_binary=text_of_binary)
     return build
 
 
@@ -662,7 +1202,8 @@ def _string_like(avro: AvroSchema = "string", from_binary: Converter | None = te
     def build(name: str, typmod: int) -> TypeCodec:
         length = length_typmod(typmod) if with_length else None
         attributes = {} if length is None else {"pg_length": length}
-        return TypeCodec(name, avro, text_from_utf8, from_binary, write_string, attributes, string_raw_to_avro)
+        return TypeCodec(name, avro, text_from_utf8, from_binary, write_string, attributes, string_raw_to_avro,
+                         text_of_binary=from_binary)
     return build
 
 
@@ -680,7 +1221,46 @@ def _float_binary(unpack: Callable[[bytes], tuple[Any, ...]]) -> Converter:
     return convert
 
 
+def format_float(value: float) -> str:
+    """A float literal Postgres reads back to the same value (``NaN``, ``Infinity`` spelled its way)."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def _as_text(convert: Converter, formatter: Callable[[Any], str] = str) -> Callable[[bytes], str]:
+    return lambda raw: formatter(convert(raw))
+
+
+def _interval_codec(name: str, typmod: int) -> TypeCodec:
+    return TypeCodec(name, INTERVAL_AVRO, interval_from_text, _interval_from_binary, _write_interval,
+                     companion=True, text_of_binary=_interval_text_of_binary)
+
+
+def _range_builder(element_oid: int) -> Builder:
+    def build(name: str, typmod: int) -> TypeCodec:
+        element = _builtin_codec(element_oid, -1)
+        assert element is not None
+        return _range_codec(name, element)
+    return build
+
+
+def _multirange_builder(range_oid: int, element_oid: int) -> Builder:
+    def build(name: str, typmod: int) -> TypeCodec:
+        range_codec, element = _builtin_codec(range_oid, -1), _builtin_codec(element_oid, -1)
+        assert range_codec is not None and element is not None
+        return _multirange_codec(name, range_codec, element)
+    return build
+
+
 _JSON_AVRO: Final = {"type": "string", "connect.name": "io.debezium.data.Json"}
+_ts_binary, _ts_text_of_binary = _timestamp_binary(False)
+_tstz_binary, _tstz_text_of_binary = _timestamp_binary(True)
+_int2_binary, _int4_binary = _int_binary(_unpack_int2), _int_binary(_unpack_int4)
+_int8_binary, _oid_binary = _int_binary(_unpack_int8), _int_binary(_unpack_uint4)
+_float4_binary, _float8_binary = _float_binary(_unpack_float4), _float_binary(_unpack_float8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -696,23 +1276,29 @@ class BuiltinType:
 
 _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(16, "bool", 1000, _fixed("boolean", _bool_from_text, lambda raw: raw != b"\x00",
-                                         write_boolean, _bool_text_to_avro)),
-    BuiltinType(17, "bytea", 1001, _fixed("bytes", bytea_from_text, bytes, write_bytes)),
-    BuiltinType(18, "char", 1002, _string_like()),
+                                         write_boolean, _bool_text_to_avro,
+                                         text_of_binary=lambda raw: "f" if raw == b"\x00" else "t")),
+    BuiltinType(17, "bytea", 1001, _fixed("bytes", bytea_from_text, bytes, write_bytes,
+                                          text_of_binary=lambda raw: "\\x" + raw.hex())),
+    BuiltinType(18, "char", 1002, _string_like(from_binary=None)),
     BuiltinType(19, "name", 1003, _string_like()),
-    BuiltinType(20, "int8", 1016, _fixed("long", int, _int_binary(_unpack_int8), write_long, _long_text_to_avro)),
-    BuiltinType(21, "int2", 1005, _fixed("int", int, _int_binary(_unpack_int2), write_int, _long_text_to_avro)),
+    BuiltinType(20, "int8", 1016, _fixed("long", int, _int8_binary, write_long, _long_text_to_avro,
+                                         text_of_binary=_as_text(_int8_binary))),
+    BuiltinType(21, "int2", 1005, _fixed("int", int, _int2_binary, write_int, _long_text_to_avro,
+                                         text_of_binary=_as_text(_int2_binary))),
     BuiltinType(22, "int2vector", 1006),
-    BuiltinType(23, "int4", 1007, _fixed("int", int, _int_binary(_unpack_int4), write_int, _long_text_to_avro)),
+    BuiltinType(23, "int4", 1007, _fixed("int", int, _int4_binary, write_int, _long_text_to_avro,
+                                         text_of_binary=_as_text(_int4_binary))),
     BuiltinType(24, "regproc", 1008),
     BuiltinType(25, "text", 1009, _string_like()),
-    BuiltinType(26, "oid", 1028, _fixed("long", int, _int_binary(_unpack_uint4), write_long, _long_text_to_avro)),
+    BuiltinType(26, "oid", 1028, _fixed("long", int, _oid_binary, write_long, _long_text_to_avro,
+                                        text_of_binary=_as_text(_oid_binary))),
     BuiltinType(27, "tid", 1010),
-    BuiltinType(28, "xid", 1011),
-    BuiltinType(29, "cid", 1012),
+    BuiltinType(28, "xid", 1011, _string_like(from_binary=_as_text(_oid_binary))),
+    BuiltinType(29, "cid", 1012, _string_like(from_binary=_as_text(_oid_binary))),
     BuiltinType(30, "oidvector", 1013),
     BuiltinType(114, "json", 199, _string_like(_JSON_AVRO)),
-    BuiltinType(142, "xml", 143),
+    BuiltinType(142, "xml", 143, _string_like()),
     BuiltinType(600, "point", 1017),
     BuiltinType(601, "lseg", 1018),
     BuiltinType(602, "path", 1019),
@@ -720,8 +1306,10 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(604, "polygon", 1027),
     BuiltinType(628, "line", 629),
     BuiltinType(650, "cidr", 651),
-    BuiltinType(700, "float4", 1021, _fixed("float", _float_from_text, _float_binary(_unpack_float4), write_float)),
-    BuiltinType(701, "float8", 1022, _fixed("double", _float_from_text, _float_binary(_unpack_float8), write_double)),
+    BuiltinType(700, "float4", 1021, _fixed("float", _float_from_text, _float4_binary, write_float,
+                                            text_of_binary=_as_text(_float4_binary, format_float))),
+    BuiltinType(701, "float8", 1022, _fixed("double", _float_from_text, _float8_binary, write_double,
+                                            text_of_binary=_as_text(_float8_binary, format_float))),
     BuiltinType(718, "circle", 719),
     BuiltinType(774, "macaddr8", 775),
     BuiltinType(790, "money", 791),
@@ -731,28 +1319,33 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(1042, "bpchar", 1014, _string_like(with_length=True)),
     BuiltinType(1043, "varchar", 1015, _string_like(with_length=True)),
     BuiltinType(1082, "date", 1182, _fixed({"type": "int", "logicalType": "date"}, date_from_text,
-                                           _date_from_binary, write_int, lambda raw: write_long(date_from_text(raw)))),
+                                           _date_from_binary, write_int, lambda raw: write_long(date_from_text(raw)),
+                                           companion=True, text_of_binary=_date_text_of_binary)),
     BuiltinType(1083, "time", 1183, _fixed({"type": "long", "logicalType": "time-micros"}, time_from_text,
-                                           _time_from_binary, write_long, lambda raw: write_long(time_from_text(raw)))),
+                                           _time_from_binary, write_long, lambda raw: write_long(time_from_text(raw)),
+                                           text_of_binary=_as_text(_time_from_binary, format_time))),
     BuiltinType(1114, "timestamp", 1115, _fixed({"type": "long", "logicalType": "local-timestamp-micros"},
-                                                timestamp_from_text, _timestamp_from_binary, write_long,
-                                                lambda raw: write_long(timestamp_from_text(raw)))),
+                                                timestamp_from_text, _ts_binary, write_long,
+                                                lambda raw: write_long(timestamp_from_text(raw)),
+                                                companion=True, text_of_binary=_ts_text_of_binary)),
     BuiltinType(1184, "timestamptz", 1185, _fixed({"type": "long", "logicalType": "timestamp-micros"},
-                                                  timestamptz_from_text, _timestamp_from_binary, write_long,
-                                                  lambda raw: write_long(timestamptz_from_text(raw)))),
-    BuiltinType(1186, "interval", 1187),
-    BuiltinType(1266, "timetz", 1270),
+                                                  timestamptz_from_text, _tstz_binary, write_long,
+                                                  lambda raw: write_long(timestamptz_from_text(raw)),
+                                                  companion=True, text_of_binary=_tstz_text_of_binary)),
+    BuiltinType(1186, "interval", 1187, _interval_codec),
+    BuiltinType(1266, "timetz", 1270, _string_like(from_binary=_timetz_text_of_binary)),
     BuiltinType(1560, "bit", 1561),
     BuiltinType(1562, "varbit", 1563),
     BuiltinType(1700, "numeric", 1231, _numeric_codec),
-    BuiltinType(1790, "refcursor", 2201),
+    BuiltinType(1790, "refcursor", 2201, _string_like()),
     BuiltinType(2202, "regprocedure", 2207),
     BuiltinType(2203, "regoper", 2208),
     BuiltinType(2204, "regoperator", 2209),
     BuiltinType(2205, "regclass", 2210),
     BuiltinType(2206, "regtype", 2211),
     BuiltinType(2950, "uuid", 2951, _fixed({"type": "string", "logicalType": "uuid"}, text_from_utf8,
-                                           _uuid_from_binary, write_string, string_raw_to_avro)),
+                                           _uuid_from_binary, write_string, string_raw_to_avro,
+                                           text_of_binary=_uuid_from_binary)),
     BuiltinType(2970, "txid_snapshot", 2949),
     BuiltinType(3220, "pg_lsn", 3221),
     BuiltinType(3614, "tsvector", 3643),
@@ -760,24 +1353,24 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(3734, "regconfig", 3735),
     BuiltinType(3769, "regdictionary", 3770),
     BuiltinType(3802, "jsonb", 3807, _string_like(_JSON_AVRO, _jsonb_from_binary)),
-    BuiltinType(3904, "int4range", 3905),
-    BuiltinType(3906, "numrange", 3907),
-    BuiltinType(3908, "tsrange", 3909),
-    BuiltinType(3910, "tstzrange", 3911),
-    BuiltinType(3912, "daterange", 3913),
-    BuiltinType(3926, "int8range", 3927),
+    BuiltinType(3904, "int4range", 3905, _range_builder(23)),
+    BuiltinType(3906, "numrange", 3907, _range_builder(1700)),
+    BuiltinType(3908, "tsrange", 3909, _range_builder(1114)),
+    BuiltinType(3910, "tstzrange", 3911, _range_builder(1184)),
+    BuiltinType(3912, "daterange", 3913, _range_builder(1082)),
+    BuiltinType(3926, "int8range", 3927, _range_builder(20)),
     BuiltinType(4072, "jsonpath", 4073),
     BuiltinType(4089, "regnamespace", 4090),
     BuiltinType(4096, "regrole", 4097),
     BuiltinType(4191, "regcollation", 4192),
-    BuiltinType(4451, "int4multirange", 6150),
-    BuiltinType(4532, "nummultirange", 6151),
-    BuiltinType(4533, "tsmultirange", 6152),
-    BuiltinType(4534, "tstzmultirange", 6153),
-    BuiltinType(4535, "datemultirange", 6155),
-    BuiltinType(4536, "int8multirange", 6157),
+    BuiltinType(4451, "int4multirange", 6150, _multirange_builder(3904, 23)),
+    BuiltinType(4532, "nummultirange", 6151, _multirange_builder(3906, 1700)),
+    BuiltinType(4533, "tsmultirange", 6152, _multirange_builder(3908, 1114)),
+    BuiltinType(4534, "tstzmultirange", 6153, _multirange_builder(3910, 1184)),
+    BuiltinType(4535, "datemultirange", 6155, _multirange_builder(3912, 1082)),
+    BuiltinType(4536, "int8multirange", 6157, _multirange_builder(3926, 20)),
     BuiltinType(5038, "pg_snapshot", 5039),
-    BuiltinType(5069, "xid8", 271),
+    BuiltinType(5069, "xid8", 271, _string_like(from_binary=_as_text(_int_binary(struct.Struct("!Q").unpack)))),
 )
 
 BUILTIN_TYPES: Final[Mapping[int, BuiltinType]] = {t.oid: t for t in _BUILTINS}
@@ -789,9 +1382,34 @@ TypeNames = Callable[[int], "tuple[str, str] | None"]
 """``oid → (namespace, name)`` from pgoutput Type messages, for types outside the table."""
 
 
-def _text_codec(name: str) -> TypeCodec:
+@dataclass(frozen=True, slots=True)
+class PgTypeInfo:
+    """What ``pg_type`` says about a type outside the table (see ``source/type_catalog.py``)."""
+
+    oid: int
+    namespace: str
+    name: str
+    kind: str  # typtype: b base, c composite, d domain, e enum, p pseudo, r range, m multirange
+    category: str  # typcategory: A for arrays
+    base_oid: int  # typbasetype of a domain
+    base_typmod: int  # typtypmod of a domain
+    element_oid: int  # typelem of an array
+    delimiter: str  # typdelim
+    send: str  # prosrc of typsend: the C function, which is what tells the binary format
+
+
+TypeCatalog = Callable[[int], "PgTypeInfo | None"]
+"""``oid → PgTypeInfo``, ``None`` when the type is unknown."""
+
+# C send functions whose binary form is the value's text in the client encoding.
+_TEXT_SEND: Final = frozenset({"textsend", "enum_send", "varcharsend", "bpcharsend", "xml_send", "json_send"})
+_MAX_TYPE_DEPTH: Final = 8  # domains over domains over arrays...: deeper means a cycle
+
+
+def _text_codec(name: str, from_binary: Converter | None = None) -> TypeCodec:
     """The sound fallback: Postgres's own text representation, as an Avro string."""
-    return TypeCodec(name, "string", text_from_utf8, None, write_string, text_to_avro=string_raw_to_avro)
+    return TypeCodec(name, "string", text_from_utf8, from_binary, write_string, text_to_avro=string_raw_to_avro,
+                     text_of_binary=from_binary)
 
 
 @lru_cache(maxsize=1024)
@@ -810,17 +1428,38 @@ def _builtin_codec(type_oid: int, type_modifier: int) -> TypeCodec | None:
     return None
 
 
-def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = None) -> TypeCodec:
-    """The codec of a column: the table for builtin types and their arrays, else Postgres's text.
+def _qualified(namespace: str, name: str) -> str:
+    return name if namespace in ("pg_catalog", "") else f"{namespace}.{name}"
 
-    Non-builtin types are named ``namespace.name`` (just ``name`` in ``pg_catalog``) from
-    ``type_names``; without a name they are ``oid:<oid>``.
+
+def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = None,
+              catalog: TypeCatalog | None = None, _depth: int = 0) -> TypeCodec:
+    """The codec of a column: the table for builtin types and their arrays, else the catalog.
+
+    With a ``catalog``, domains take their base type's codec (named after the domain), arrays of
+    catalog types become arrays of their element's codec, and text-like types (enums, ``citext``)
+    and ``hstore`` can be read in binary. Everything else is Postgres's text, named
+    ``namespace.name`` (just ``name`` in ``pg_catalog``) or ``oid:<oid>`` when nothing names it.
     """
     codec = _builtin_codec(type_oid, type_modifier)
     if codec is not None:
         return codec
-    names = type_names(type_oid) if type_names is not None else None
-    if names is None:
-        return _text_codec(f"oid:{type_oid}")
-    namespace, name = names
-    return _text_codec(name if namespace in ("pg_catalog", "") else f"{namespace}.{name}")
+    info = catalog(type_oid) if catalog is not None and _depth < _MAX_TYPE_DEPTH else None
+    if info is None:
+        names = type_names(type_oid) if type_names is not None else None
+        return _text_codec(f"oid:{type_oid}" if names is None else _qualified(*names))
+    name = _qualified(info.namespace, info.name)
+    if info.kind == "d":
+        base = codec_for(info.base_oid, type_modifier if type_modifier >= 0 else info.base_typmod,
+                         type_names, catalog, _depth + 1)
+        return base.renamed(name, pg_base_type=base.pg_type)
+    if info.category == "A" and info.element_oid:
+        element = codec_for(info.element_oid, type_modifier, type_names, catalog, _depth + 1)
+        element_info = catalog(info.element_oid) if catalog is not None else None
+        delimiter = (element_info.delimiter if element_info is not None else info.delimiter) or ","
+        return _array_codec(name, element, delimiter.encode())
+    if info.send in _TEXT_SEND or info.kind == "e":
+        return _text_codec(name, text_from_utf8)
+    if info.send == "hstore_send":
+        return _text_codec(name, _hstore_text_of_binary)
+    return _text_codec(name)

@@ -41,7 +41,8 @@ def row(*values: bytes | None, kinds: bytes | None = None) -> TupleData:
 
 
 ROW = row(b"1", b"first order", b"12.50", b'{a,"b c",NULL}')
-AFTER = {"id": 1, "note": "first order", "amount": Decimal("12.50"), "tags": ["a", "b c", None]}
+AFTER = {"id": 1, "note": "first order", "amount": Decimal("12.50"), "amount__text": None,
+         "tags": ["a", "b c", None], "tags__text": None}
 
 
 class Harness:
@@ -112,7 +113,7 @@ def test_update_without_old_image_has_a_null_before() -> None:
 def test_update_that_changes_the_key_tombstones_the_old_key_first() -> None:
     h = Harness()
     old = row(b"7", None, None, None)  # REPLICA IDENTITY DEFAULT: 'K' image, key columns only
-    before = {"id": 7, "note": None, "amount": None, "tags": None}
+    before = {"id": 7, "note": None, "amount": None, "amount__text": None, "tags": None, "tags__text": None}
     assert h.change("u", ORDERS, new=ROW, old=old, old_kind="K") == [
         ("pgbridge.public.orders", {"id": 7}, None),
         ("pgbridge.public.orders", {"id": 1}, envelope("u", before, AFTER)),
@@ -129,7 +130,7 @@ def test_update_whose_old_key_equals_the_new_one_has_no_tombstone() -> None:
 def test_delete_carries_the_key_image_and_is_followed_by_a_tombstone() -> None:
     h = Harness()
     old = row(b"1", None, None, None)
-    before = {"id": 1, "note": None, "amount": None, "tags": None}
+    before = {"id": 1, "note": None, "amount": None, "amount__text": None, "tags": None, "tags__text": None}
     assert h.change("d", ORDERS, old=old, old_kind="K") == [
         ("pgbridge.public.orders", {"id": 1}, envelope("d", before, None)),
         ("pgbridge.public.orders", {"id": 1}, None),
@@ -174,7 +175,8 @@ def test_replica_identity_full_gives_a_full_before_image_and_a_null_key_by_defau
     assert default_key_columns(full) == ()
     h = Harness()
     old = row(b"1", b"old note", b"10.00", b"{}")
-    before = {"id": 1, "note": "old note", "amount": Decimal("10.00"), "tags": []}
+    before = {"id": 1, "note": "old note", "amount": Decimal("10.00"), "amount__text": None, "tags": [],
+              "tags__text": None}
     assert h.change("u", full, new=ROW, old=old, old_kind="O") == [
         ("pgbridge.public.orders", None, envelope("u", before, AFTER))]
     assert h.change("d", full, old=old, old_kind="O") == [
@@ -228,7 +230,8 @@ def test_unchanged_toast_columns_are_null_and_listed() -> None:
     h = Harness()
     new = TupleData(b"tuut", (b"1", None, None, b"{}"))
     ((_, _, value),) = h.change("u", ORDERS, new=new)
-    assert value["after"] == {"id": 1, "note": None, "amount": None, "tags": []}
+    assert value["after"] == {"id": 1, "note": None, "amount": None, "amount__text": None, "tags": [],
+                              "tags__text": None}
     assert value["unchanged_toast_columns"] == ["note", "amount"]
 
 
@@ -257,8 +260,10 @@ def test_value_schema_is_a_debezium_like_envelope_with_nullable_typed_fields() -
     assert row_record["fields"][2] == {
         "name": "amount", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}],
         "default": None, "pg_type": "numeric", "pg_precision": 12, "pg_scale": 2}
-    assert all(f["type"][0] == "null" and f["default"] is None and "pg_type" in f for f in row_record["fields"])
-    assert [f["pg_type"] for f in row_record["fields"]] == ["int8", "text", "numeric", "_text"]
+    assert row_record["fields"][3] == {"name": "amount__text", "type": ["null", "string"], "default": None,
+                                       "pg_text_of": "amount"}
+    assert all(f["type"][0] == "null" and f["default"] is None for f in row_record["fields"])
+    assert [f.get("pg_type") for f in row_record["fields"]] == ["int8", "text", "numeric", None, "_text", None]
     assert value["fields"][3]["type"]["name"] == "Source"
     assert value["fields"][4]["type"][1]["name"] == "Transaction"
     assert h.log.records == []  # describing schemas announces nothing
@@ -335,13 +340,11 @@ def test_a_new_column_makes_a_new_writer_schema_announced_before_its_records() -
 # --- errors ---------------------------------------------------------------------------------------
 
 
-def test_a_value_that_cannot_be_encoded_names_the_table_and_column() -> None:
+def test_values_outside_their_avro_type_keep_the_stream_going_in_the_companion_fields() -> None:
     h = Harness()
-    with pytest.raises(EncodeError, match=r"public\.orders\.amount \(numeric\)") as caught:
-        h.change("c", ORDERS, new=row(b"1", b"x", b"NaN", b"{}"))
-    assert caught.value.hint is not None and "unconstrained numeric" in caught.value.hint
-    with pytest.raises(EncodeError, match=r"public\.orders\.tags \(_text\)"):
-        h.change("c", ORDERS, new=row(b"1", b"x", b"1.00", b"{{a},{b}}"))
+    ((_, _, value),) = h.change("c", ORDERS, new=row(b"1", b"x", b"NaN", b"{{a},{b}}"))
+    assert value["after"] == {"id": 1, "note": "x", "amount": None, "amount__text": "NaN",
+                              "tags": None, "tags__text": "{{a},{b}}"}
 
 
 def test_a_malformed_value_names_its_column_and_the_settings_to_check() -> None:
