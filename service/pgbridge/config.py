@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout
@@ -129,6 +130,29 @@ class SnapshotConfig(_Section):
     chunk_rows: int = Field(default=10_000, ge=1)
 
 
+class ToastConfig(_Section):
+    """What ``after`` holds for a TOASTed column an update did not change (Postgres omits it).
+
+    ``marker`` (the contract's default): null, named in ``unchanged_toast_columns``. ``old_tuple``:
+    the old row's value when Postgres sent one (REPLICA IDENTITY FULL), else the marker.
+    ``cache``: that, else the last value pgbridge saw for the row's key in this process (a bounded
+    LRU of ``cache_entries`` rows; a miss falls back to the marker). ``tables`` overrides the
+    policy per ``schema.table``.
+    """
+
+    policy: Literal["marker", "old_tuple", "cache"] = "marker"
+    cache_entries: int = Field(default=DEFAULT_TOAST_CACHE_ROWS, ge=1)
+    tables: dict[str, Literal["marker", "old_tuple", "cache"]] = Field(default_factory=dict)
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for table in value:
+            if table.count(".") != 1 or not all(table.split(".")):
+                raise ValueError(f"table {table!r} must be written schema.table")
+        return value
+
+
 class HttpConfig(_Section):
     port: int = Field(default=8080, ge=0, le=65535)
     host: str = "0.0.0.0"
@@ -167,6 +191,7 @@ class Settings(BaseSettings):
     kafka: KafkaConfig
     schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
+    toast: ToastConfig = ToastConfig()
     http: HttpConfig = HttpConfig()
     buffer: BufferConfig = BufferConfig()
     log: LogConfig = LogConfig()

@@ -6,9 +6,12 @@ registered at import time: tests build as many independent ``Metrics`` as they l
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+log = logging.getLogger(__name__)
 
 EVENTS_TOTAL: Final = "pgbridge_events_total"
 EVENT_BYTES_TOTAL: Final = "pgbridge_event_bytes_total"
@@ -26,6 +29,9 @@ RECONNECTS_TOTAL: Final = "pgbridge_reconnects_total"
 SNAPSHOT_ROWS_TOTAL: Final = "pgbridge_snapshot_rows_total"
 SNAPSHOT_ROWS_ESTIMATE: Final = "pgbridge_snapshot_rows_estimate"
 STREAMING: Final = "pgbridge_streaming"
+TOAST_CACHE_HITS_TOTAL: Final = "pgbridge_toast_cache_hits_total"
+TOAST_CACHE_MISSES_TOTAL: Final = "pgbridge_toast_cache_misses_total"
+SCHEMA_CHANGES_TOTAL: Final = "pgbridge_schema_changes_total"
 LEADER: Final = "pgbridge_leader"
 HEARTBEATS_TOTAL: Final = "pgbridge_heartbeats_total"
 SLOT_RETAINED_WAL_BYTES: Final = "pgbridge_slot_retained_wal_bytes"
@@ -38,6 +44,7 @@ LABEL_TABLE: Final = "table"
 LABEL_OP: Final = "op"
 LABEL_OUTCOME: Final = "outcome"
 LABEL_TARGET: Final = "target"
+LABEL_COMPATIBILITY: Final = "compatibility"
 LABEL_STATUS: Final = "status"
 
 TARGET_POSTGRES: Final = "postgres"
@@ -116,3 +123,30 @@ class Metrics:
             self.reconnects.labels(target)
         for outcome in (OUTCOME_COMMITTED,):
             self.transactions.labels(outcome)
+        self.toast_cache_hits = Counter(TOAST_CACHE_HITS_TOTAL, "Unchanged TOASTed values filled from the "
+                                        "local cache (toast policy cache)", registry=r)
+        self.toast_cache_misses = Counter(TOAST_CACHE_MISSES_TOTAL, "Unchanged TOASTed values the local cache "
+                                          "did not hold, published as markers", registry=r)
+        self.schema_changes = Counter(SCHEMA_CHANGES_TOTAL, "New writer schemas of a table, by whether a "
+                                      "consumer holding the previous one can read them", [LABEL_COMPATIBILITY],
+                                      registry=r)
+
+
+class EncodeMetrics:
+    """The encoder's observer (``encode.envelope.EncodeObserver``): counts, and logs schema changes."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def toast_cache(self, hit: bool) -> None:
+        (self._metrics.toast_cache_hits if hit else self._metrics.toast_cache_misses).inc()
+
+    def schema_changed(self, table: str, compatibility: str, reason: str | None) -> None:
+        self._metrics.schema_changes.labels(compatibility).inc()
+        if reason is None:
+            log.info("table schema changed; the new writer schema is compatible",
+                     extra={"table": table, "compatibility": compatibility})
+        else:
+            log.warning("table schema changed incompatibly: consumers holding the previous schema cannot "
+                        "read new records; publishing anyway",
+                        extra={"table": table, "compatibility": compatibility, "reason": reason})

@@ -41,10 +41,10 @@ from pgbridge.assemble.units import (
     TxEnd,
     TxOrigin,
 )
-from pgbridge.config import Settings
+from pgbridge.config import Settings, ToastConfig
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
-from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
+from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord, ToastPolicy
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
     BrokerUnavailable,
@@ -56,7 +56,14 @@ from pgbridge.errors import (
 )
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
-from pgbridge.metrics import OUTCOME_COMMITTED, TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, Metrics
+from pgbridge.metrics import (
+    OUTCOME_COMMITTED,
+    TARGET_KAFKA,
+    TARGET_POSTGRES,
+    TARGET_SCHEMA_REGISTRY,
+    EncodeMetrics,
+    Metrics,
+)
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
@@ -66,6 +73,7 @@ from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import Keepalive, XLogData, parse_copy_message
 from pgbridge.source.monitor import HEARTBEAT_PREFIX, SlotIdentity, SlotMonitor, emit_heartbeat
 from pgbridge.source.stream import ReplicationStream
+from pgbridge.source.type_catalog import CatalogTypes
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +115,10 @@ def replication_options(settings: Settings, proto_version: int, server_version: 
     if server_version >= 160000:
         options["origin"] = pg.origin
     return options
+
+
+def toast_policy(config: ToastConfig) -> ToastPolicy:
+    return ToastPolicy(default=config.policy, tables=dict(config.tables), cache_rows=config.cache_entries)
 
 
 @dataclass
@@ -185,7 +197,9 @@ class Session:
             registrar = SingleObjectRegistrar(schema_announcer(self.publisher, self._prefix))
         self.encoder = ChangeEncoder(topic_prefix=self._prefix, database=database, registrar=registrar,
                                      key_resolver=self._key_columns,
-                                     type_names=self.assembler.relations.type_name)
+                                     type_names=self.assembler.relations.type_name,
+                                     type_catalog=CatalogTypes(self.sql), toast=toast_policy(self.settings.toast),
+                                     observer=EncodeMetrics(self.metrics))
         info = slots.slot_info(self.sql, pg.slot)
         pending = f"{pg.slot}_snapshot"[:63]
         if info is None:
