@@ -170,6 +170,7 @@ class Session:
         self._transactions_topic = transactions_topic(self._prefix)
         self._key_cache: dict[tuple[int, tuple[str, ...]], tuple[str, ...]] = {}
         self._spilled_seen = 0
+        self._outcomes_seen: dict[str, int] = {}
         self.identity = identity or SlotIdentity()
         self.lease = lease
         self.monitor: SlotMonitor | None = None
@@ -347,6 +348,10 @@ class Session:
         if spilled > self._spilled_seen:
             metrics.spilled_bytes.inc(spilled - self._spilled_seen)
             self._spilled_seen = spilled
+        for outcome, total in assembler.outcome_totals.items():
+            if total > self._outcomes_seen.get(outcome, 0):
+                metrics.transactions.labels(outcome).inc(total - self._outcomes_seen.get(outcome, 0))
+                self._outcomes_seen[outcome] = total
         metrics.queue_depth.set(self.tracker.in_flight)
         if self.lease is not None:
             self.lease.check()

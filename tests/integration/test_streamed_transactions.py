@@ -17,9 +17,9 @@ from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.transactions import (
     consume_topic,
     scrape_metrics,
-    slot_stream_stats,
     streaming_cluster,
     streaming_dsn,
+    wait_for_streaming,
 )
 from tests.support.waiting import wait_until
 
@@ -101,8 +101,7 @@ def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_t
                              count=1_000_000, timeout=900, idle=5.0)
         assert read == 1_000_000
         assert next(expected, None) is None
-        stats = slot_stream_stats(streaming_dsn, topic_prefix)
-        assert stats["stream_txns"] >= 1, stats  # Postgres really streamed it
+        wait_for_streaming(streaming_dsn, topic_prefix, transactions=1)  # Postgres really streamed it
         assert bridge.http_port is not None
         metrics = scrape_metrics(bridge.http_port)
         assert metrics["pgbridge_spilled_bytes_total"] > 0, "the 4 MiB buffer never spilled"
@@ -162,11 +161,11 @@ def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the
             ("between", [400_000]),
             ("a", list(range(base["a"] + 1, base["a"] + batch * rounds + 1))),
         ]
-        stats = wait_until(lambda: (s := slot_stream_stats(streaming_dsn, topic_prefix))["stream_txns"] >= 3 and s,
-                           timeout=30, message="all three transactions streamed")
+        stats = wait_for_streaming(streaming_dsn, topic_prefix, transactions=3)
         assert stats["stream_count"] > 3, stats  # in several blocks each, interleaved on the wire
         assert bridge.http_port is not None
         metrics = scrape_metrics(bridge.http_port)
         assert metrics["pgbridge_buffered_bytes"] == 0
         assert metrics['pgbridge_transactions_total{outcome="committed"}'] == rounds + 3
+        assert metrics['pgbridge_transactions_total{outcome="aborted"}'] == 1
         assert bridge.terminate() == 0, bridge.log()

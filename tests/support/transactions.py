@@ -23,6 +23,7 @@ from tests.support.postgres import (
     execute,
     start_cluster,
 )
+from tests.support.waiting import wait_until
 
 # Postgres streams (or, without streaming, spills) a transaction once its decoded changes exceed
 # this; 64kB is the minimum, so a few hundred rows are enough to make a transaction streamed.
@@ -56,6 +57,14 @@ def slot_stream_stats(dsn: str, slot: str) -> dict[str, int]:
                         "FROM pg_stat_replication_slots WHERE slot_name = %s", (slot,))
     names = ("stream_txns", "stream_count", "stream_bytes", "spill_txns", "total_txns")
     return dict(zip(names, (int(v or 0) for v in rows[0]), strict=True)) if rows else dict.fromkeys(names, 0)
+
+
+def wait_for_streaming(dsn: str, slot: str, *, transactions: int, timeout: float = 30.0) -> dict[str, int]:
+    """Wait until Postgres reports at least ``transactions`` streamed transactions on ``slot``."""
+    def streamed() -> dict[str, int]:
+        stats = slot_stream_stats(dsn, slot)
+        return stats if stats["stream_txns"] >= transactions else {}
+    return wait_until(streamed, timeout=timeout, message=f"{transactions} transactions streamed on {slot}")
 
 
 def insert_lsn(conn: psycopg.Connection[Any]) -> int:
@@ -103,7 +112,7 @@ def consume_topic(bootstrap: str, topic: str, handle: Callable[[bytes | None, by
                     if error.fatal():
                         raise AssertionError(f"reading {topic} failed: {error}")
                     continue
-                handle(message.key(), message.value())  # type: ignore[arg-type]
+                handle(message.key(), message.value())
                 read += 1
             now = time.monotonic()
             if batch:

@@ -103,19 +103,21 @@ class StreamedTransactions:
             )
         return held
 
-    def abort(self, msg: StreamAbort) -> None:
-        """Drop the whole transaction (subxid == xid) or exactly one subtransaction's changes.
+    def abort(self, msg: StreamAbort) -> bool:
+        """Drop the whole transaction (subxid == xid) or exactly one subtransaction's changes;
+        True if a whole held transaction was dropped.
 
         An abort for an xid that is not held needs no action: nothing of it was buffered.
         """
         txn = self._by_xid.get(msg.xid)
         if txn is None:
-            return
+            return False
         if msg.subxid == msg.xid:
             del self._by_xid[msg.xid]
             txn.discard()
-        else:
-            txn.buffer.drop_subtransaction(msg.subxid)
+            return True
+        txn.buffer.drop_subtransaction(msg.subxid)
+        return False
 
     def take(self, xid: int, *, event: str) -> BufferedTransaction:
         """Detach a transaction whose outcome arrived and publish its relation metadata."""

@@ -82,8 +82,12 @@ from pgbridge.decode.messages import (
 )
 from pgbridge.errors import InvariantError
 from pgbridge.lsn import Lsn, format_lsn
+from pgbridge.metrics import OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK
 
 ChangeMessage = Insert | Update | Delete | Truncate | LogicalMessage | Origin
+OUTCOMES = (OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK)
+"""Outcomes the assembler counts; a committed transaction is counted where its ``TxEnd`` is handled."""
+
 _CHANGE_TYPES = (Insert, Update, Delete, Truncate, LogicalMessage, Origin)
 
 RelationLookup = Callable[[int], Relation]
@@ -152,6 +156,7 @@ class TransactionAssembler:
         self._current: BufferedTransaction | None = None  # IN_PREPARE or IN_STREAM_BLOCK
         self._replaying: set[BufferedTransaction] = set()
         self._last_commit_lsn: Lsn | None = None
+        self._outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     @property
     def relations(self) -> RelationCache:
@@ -170,6 +175,12 @@ class TransactionAssembler:
     def spilled_bytes_total(self) -> int:
         """Bytes ever written to spill files by this assembler."""
         return self._store.spilled_bytes_total
+
+    @property
+    def outcome_totals(self) -> dict[str, int]:
+        """Running totals by outcome (``OUTCOMES``): streamed transactions aborted as a whole,
+        transactions held at PREPARE (again after a restart re-sends them), ROLLBACK PREPAREDs."""
+        return dict(self._outcomes)
 
     def feed(self, msg: Message, wal_start: Lsn) -> Iterable[AssembledEvent]:
         """Advance on one message; ``wal_start`` is the XLogData start LSN that carried it."""
@@ -250,7 +261,8 @@ class TransactionAssembler:
             self._state = SessionState.IN_STREAM_BLOCK
             return ()
         if isinstance(msg, StreamAbort):
-            self._streams.abort(msg)
+            if self._streams.abort(msg):
+                self._outcomes[OUTCOME_ABORTED] += 1
             return ()
         if isinstance(msg, StreamCommit):
             self._check_commit_order(msg.commit_lsn, "STREAM COMMIT")
@@ -263,6 +275,7 @@ class TransactionAssembler:
             )
         if isinstance(msg, StreamPrepare):
             self._prepared.hold_streamed(self._streams.take(msg.xid, event="STREAM PREPARE"), msg)
+            self._outcomes[OUTCOME_PREPARED] += 1
             return ()
         if isinstance(msg, BeginPrepare):
             self._current = self._prepared.begin(msg, wal_start)
@@ -279,6 +292,7 @@ class TransactionAssembler:
             )
         if isinstance(msg, RollbackPrepared):
             self._prepared.rollback(msg)  # not held: nothing of it was buffered, nothing to drop
+            self._outcomes[OUTCOME_ROLLED_BACK] += 1
             return ()
         raise _unexpected(msg, self._state, wal_start)
 
@@ -308,6 +322,7 @@ class TransactionAssembler:
             return ()
         if isinstance(msg, Prepare):
             self._prepared.finish(txn, msg)
+            self._outcomes[OUTCOME_PREPARED] += 1
             self._current = None
             self._state = SessionState.IDLE
             return ()
