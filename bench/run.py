@@ -22,6 +22,8 @@ in a minute, the default 1,000,000 is the issue's reference size. See docs/bench
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,8 +65,17 @@ def drop_database(services: Services, name: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")  # type: ignore[arg-type]
 
 
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the system's process (Python only) into collapsed stacks; see bench/profile_summary.py."""
+    py_spy = Path(sys.executable).with_name("py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+                             "--output", str(out), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_pass(services: Services, workload: workloads.Workload, system: System, report: RunReport,
-             *, with_anchors: bool, log_dir: Path) -> None:
+             *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None) -> None:
     name = f"{workload.name}_{system.key}"
     log(f"{workload.name}: {system.label} pass, {workload.rows:,} rows")
     dsn = fresh_database(services, name, workload)
@@ -76,6 +87,7 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
     try:
         system.start(dsn, services.bootstrap, prefix=name, slot=name, publication=name, table=TABLE, log_dir=log_dir)
         before = sample_or_fail(system.pid)
+        profiler = start_profiler(system.pid, profile_dir / f"{name}.txt") if profile_dir else None
         tail = TopicTail(services.bootstrap, topic, workload.rows,
                          sample_every=max(1, workload.rows // LATENCY_SAMPLES)).start()
         load = workloads.generate(workload, dsn, TABLE)
@@ -84,6 +96,9 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
             raise RuntimeError(f"{system.label}: only {tail.result.count:,} of {workload.rows:,} records "
                                f"reached {topic}")
         after = sample_or_fail(system.pid)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
         end_lsn = anchors.current_lsn(dsn)
         tail.stop()
     finally:
@@ -148,6 +163,8 @@ def main() -> int:
     parser.add_argument("--pgbridge-source", type=Path, default=None,
                         help="run pgbridge from this checkout's service/ (e.g. a git worktree of an older "
                              "commit, to compare before and after) instead of the installed package")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="sample pgbridge with py-spy during each pass, collapsed stacks into this directory")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latest.json")
     args = parser.parse_args()
 
@@ -166,7 +183,7 @@ def main() -> int:
             for system in systems:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"
                                                                            and not args.no_anchors),
-                         log_dir=log_dir)
+                         log_dir=log_dir, profile_dir=args.profile if system.key == "pgbridge" else None)
     report.machine["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     report.save(args.json)
     print(report.table())

@@ -74,6 +74,13 @@ class AckTracker:
         unit.pending += 1
         self._in_flight += 1
 
+    def add_records(self, unit: PublishSlot, count: int) -> None:
+        """``count`` records of ``unit`` handed to the producer (``add_record`` ``count`` times)."""
+        if unit.sealed:
+            raise InvariantError("record added to a unit that is already sealed")
+        unit.pending += count
+        self._in_flight += count
+
     def seal(self, unit: PublishSlot, end_lsn: Lsn | None) -> list[PublishSlot]:
         """No more records will be added; returns units that completed as a result."""
         unit.sealed = True

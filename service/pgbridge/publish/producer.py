@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -77,6 +77,7 @@ class KafkaPublisher:
         self.topics = TopicManager(AdminClient(admin_config(config)), partitions=config.topic_partitions,
                                    replication_factor=config.topic_replication_factor)
         self._max_in_flight = config.max_in_flight
+        self._last_topic: str | None = None  # produce_all: the last topic known to exist
 
     # -- delivery reports ------------------------------------------------------------------------
     def callback_for(self, unit: PublishSlot) -> Callable[[KafkaError | None, Message], None]:
@@ -135,6 +136,45 @@ class KafkaPublisher:
                 self._producer.poll(0.05)
                 self.raise_if_failed()
                 idle()
+
+    def produce_all(self, records: Sequence[tuple[str, bytes | None, bytes | None]],
+                    callback: Callable[[KafkaError | None, Message], None], unit: PublishSlot,
+                    idle: Callable[[], None]) -> int:
+        """The row path's ``produce``: a change's records (``(topic, key, value)``, in order) with one
+        tracker update, the topic checked once per change of topic; returns key + value bytes.
+
+        Topic creation is asked of ``topics`` only when the topic differs (by identity, then by
+        value) from the previous call's: a table's plan hands out the same string every row.
+        """
+        self._tracker.add_records(unit, len(records))
+        produce = self._producer.produce
+        nbytes = 0
+        for topic, key, value in records:
+            if topic is not self._last_topic:
+                self.topics.ensure(topic)
+                self._last_topic = topic
+            try:
+                produce(topic, value, key, on_delivery=callback)
+            except BufferError:
+                self._wait_and_produce(topic, key, value, callback, idle)
+            if value is not None:
+                nbytes += len(value)
+            if key is not None:
+                nbytes += len(key)
+        return nbytes
+
+    def _wait_and_produce(self, topic: str, key: bytes | None, value: bytes | None,
+                          callback: Callable[[KafkaError | None, Message], None], idle: Callable[[], None]) -> None:
+        """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
+        while True:
+            self._producer.poll(0.05)
+            self.raise_if_failed()
+            idle()
+            try:
+                self._producer.produce(topic, value, key, on_delivery=callback)
+                return
+            except BufferError:
+                continue
 
     def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
         """Produce one record and wait for its acknowledgement (schema announcements)."""

@@ -19,7 +19,10 @@ from pgbridge.decode.reader import Layout
 from pgbridge.errors import DecodeError
 from pgbridge.lsn import Lsn
 
-__all__ = ["Keepalive", "XLogData", "build_status_update", "parse_copy_message", "pg_now_us"]
+__all__ = ["XLOG_TAG", "Keepalive", "XLogData", "build_status_update", "parse_copy_message", "pg_now_us",
+           "split_xlog"]
+
+XLOG_TAG: Final = 0x77  # 'w': the first byte of an XLogData frame
 
 _XLOG_HEADER: Final = Layout("!QQq", "wal start", "wal end", "send time")
 _KEEPALIVE: Final = Layout("!QqB", "wal end", "send time", "reply requested flag")
@@ -74,6 +77,18 @@ def parse_copy_message(buf: bytes | bytearray | memoryview) -> XLogData | Keepal
         wal_end, send_time, reply = _unpack_keepalive(view, 1)
         return Keepalive(wal_end, send_time, reply != 0)
     raise DecodeError(f"unknown CopyData message type 0x{tag:02x}", tag=chr(tag), offset=0)
+
+
+def split_xlog(view: memoryview) -> tuple[Lsn, Lsn, memoryview]:
+    """The streaming loop's form of an XLogData frame: (wal start, wal end, payload view).
+
+    Same checks as ``parse_copy_message`` but no object per frame: at a million rows a second the
+    ``XLogData`` instance alone was ~5% of the loop. The caller has checked the tag is ``'w'``.
+    """
+    if len(view) < _XLOG_PAYLOAD_AT:
+        raise _XLOG_HEADER.error(view, "w", 1)
+    wal_start, wal_end, _send_time = _unpack_xlog_header(view, 1)
+    return wal_start, wal_end, view[_XLOG_PAYLOAD_AT:]
 
 
 def build_status_update(write_lsn: int, flush_lsn: int, apply_lsn: int, *, now_us: int,
