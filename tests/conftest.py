@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.broker import Broker, start_broker
 from tests.support.postgres import (
@@ -20,6 +21,12 @@ from tests.support.postgres import (
     drop_database,
     start_cluster,
 )
+
+# Property tests check correctness, not speed: on a loaded 2-core CI machine input generation and
+# single examples can be slow, which Hypothesis would otherwise report as a failure.
+settings.register_profile("pgbridge", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("pgbridge")
 
 
 @pytest.fixture(scope="session", params=[15, 18], ids=["pg15", "pg18"])
