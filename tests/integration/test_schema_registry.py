@@ -155,6 +155,38 @@ def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str,
     assert [(e["op"], e["after"]["id"]) for e in events] == [("r", 1), ("r", 2), ("c", 3)]
 
 
+def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, kafka_broker: Broker,
+                                                                   topic_prefix: str) -> None:
+    # given: streaming, with the first schema of the table registered
+    _sql(pg_dsn, TABLE)
+    topic = f"{topic_prefix}.public.items"
+    with RegistryDouble() as registry, \
+            BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
+        wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
+        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
+        # when: the registry goes away just as the table's shape changes
+        registry.close()
+        _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int")
+        before_insert = current_wal_lsn(pg_dsn)
+        _sql(pg_dsn, "INSERT INTO items VALUES (2, 20, 'two', 2)")
+        wait_until(lambda: f"is unreachable for subject {topic}-value" in bridge.log(), timeout=60,
+                   message=f"no registration failure logged: {bridge.log()}")
+        assert bridge.alive()
+        confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+        assert confirmed is not None and confirmed <= before_insert
+        registry.start()  # the same registry state, back on the same port
+        # then
+        records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=90)
+        assert bridge.terminate() == 0, bridge.log()
+        store = RegistrySchemaStore({"url": registry.url})
+        events = [store.decode(r.value) for r in records]
+        store.close()
+        assert len(registry.subjects()[f"{topic}-value"]) == 2
+    assert [e["after"] for e in events] == [{"id": 1, "v": 10, "note": "one"},
+                                            {"id": 2, "v": 20, "note": "two", "extra": 2}]
+
+
 def test_check_reports_an_unreachable_registry_and_schemas_still_prints(pg_dsn: str,
                                                                         kafka_broker: Broker,
                                                                         topic_prefix: str) -> None:

@@ -37,8 +37,10 @@ versions, ``normalize`` (accepted and ignored), and schema types other than AVRO
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -180,6 +182,7 @@ class _State:
     global_level: str = "BACKWARD"
     subject_levels: dict[str, str] = field(default_factory=dict)
     injected: list[int] = field(default_factory=list)
+    connections: set[socket.socket] = field(default_factory=set)  # open keep-alive connections
     requests: list[tuple[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -212,10 +215,16 @@ class RegistryDouble:
         return self
 
     def close(self) -> None:
+        """Stop listening and cut every open connection, as a registry going down would."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            with self._state.lock:
+                connections, self._state.connections = list(self._state.connections), set()
+            for connection in connections:
+                with contextlib.suppress(OSError):  # already closed by the client
+                    connection.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> RegistryDouble:
         return self.start() if self._server is None else self
@@ -388,6 +397,15 @@ def _handler(state: _State, auth: str | None) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def handle(self) -> None:
+            with state.lock:
+                state.connections.add(self.connection)
+            try:
+                super().handle()
+            finally:
+                with state.lock:
+                    state.connections.discard(self.connection)
 
         def _serve(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
