@@ -615,11 +615,18 @@ def _timestamp_binary(with_zone: bool) -> tuple[Converter, Callable[[bytes], str
 
 def _time_from_binary(raw: bytes) -> int:
     us: int = _unpack_int8(raw)[0]
+    if us >= _US_PER_DAY:
+        raise Unrepresentable(format_time(us))
     return us
 
 
 def time_from_text(raw: bytes) -> int:
-    return _time_of_day_micros(raw)
+    """Microseconds after midnight; ``24:00:00`` (which Postgres allows) is not a time of day in
+    Avro's ``time-micros`` (readers turn it into a clock time and fail), so it is a companion."""
+    micros = _time_of_day_micros(raw)
+    if micros >= _US_PER_DAY:
+        raise Unrepresentable(raw.decode())
+    return micros
 
 
 _unpack_timetz = struct.Struct("!qi").unpack
@@ -1323,7 +1330,8 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
                                            companion=True, text_of_binary=_date_text_of_binary)),
     BuiltinType(1083, "time", 1183, _fixed({"type": "long", "logicalType": "time-micros"}, time_from_text,
                                            _time_from_binary, write_long, lambda raw: write_long(time_from_text(raw)),
-                                           text_of_binary=_as_text(_time_from_binary, format_time))),
+                                           companion=True,
+                                           text_of_binary=_as_text(_int_binary(_unpack_int8), format_time))),
     BuiltinType(1114, "timestamp", 1115, _fixed({"type": "long", "logicalType": "local-timestamp-micros"},
                                                 timestamp_from_text, _ts_binary, write_long,
                                                 lambda raw: write_long(timestamp_from_text(raw)),

@@ -250,12 +250,16 @@ def test_dates_in_another_datestyle_are_refused() -> None:
 
 @pytest.mark.parametrize(("raw", "micros"), [
     (b"00:00:00", 0), (b"00:00:00.5", 500_000), (b"23:59:59.999999", 86_399_999_999),
-    (b"24:00:00", 86_400_000_000),  # Postgres allows the end of the day
 ])
 def test_time_is_microseconds_after_midnight(raw: bytes, micros: int) -> None:
     codec = codec_for(TIME, -1)
     assert codec.avro == {"type": "long", "logicalType": "time-micros"}
     assert decode(codec, raw, logical=False) == micros
+
+
+def test_time_24_00_which_postgres_allows_is_kept_in_the_companion() -> None:
+    assert field(codec_for(TIME, -1), b"24:00:00") == (None, "24:00:00")
+    assert field(codec_for(TIME, -1), (86_400_000_000).to_bytes(8, "big"), binary=True) == (None, "24:00:00")
 
 
 TSTZ_SAME_INSTANTS = [

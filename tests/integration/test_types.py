@@ -1,0 +1,129 @@
+"""Every type family's edge values arrive as exactly the expected Python value, in text and binary."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
+from tests.support.broker import Broker
+from tests.support.kafka import read_topic
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+TYPES = """
+CREATE TYPE mood AS ENUM ('sad', 'happy');
+CREATE DOMAIN price AS numeric(12,2);
+CREATE TYPE pair AS (a int, b text);
+"""
+RANGE = lambda lo, hi, li, ui, empty=False: {  # noqa: E731
+    "lower": lo, "upper": hi, "lower_inclusive": li, "upper_inclusive": ui, "empty": empty}
+
+# column, type, edge literal, expected value (a dict: the field and its companion)
+BINARY_COLUMNS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("i2", "int2", "-32768", {"i2": -32768}),
+    ("i4", "int4", "-2147483648", {"i4": -2147483648}),
+    ("i8", "int8", "9223372036854775807", {"i8": 9223372036854775807}),
+    ("o", "oid", "4294967295", {"o": 4294967295}),
+    ("f8", "float8", "'-Infinity'", {"f8": float("-inf")}),
+    ("n", "numeric", "'NaN'", {"n": "NaN"}),
+    ("nc", "numeric(12,2)", "'NaN'", {"nc": None, "nc__text": "NaN"}),
+    ("nc2", "numeric(12,2)", "-9999999999.99", {"nc2": Decimal("-9999999999.99"), "nc2__text": None}),
+    ("huge", "numeric", "1e100 + 0.000000000000000000001", {"huge": "1" + "0" * 100 + ".000000000000000000001"}),
+    ("b", "bool", "true", {"b": True}),
+    ("tx", "text", "'zwölf 😀 \"q\" \\ back'", {"tx": 'zwölf 😀 "q" \\ back'}),
+    ("vc", "varchar(10)", "''", {"vc": ""}),
+    ("ch", "char(3)", "'ab'", {"ch": "ab "}),
+    ("by", "bytea", "'\\x00ff'", {"by": b"\x00\xff"}),
+    ("d", "date", "'infinity'", {"d": None, "d__text": "infinity"}),
+    ("d2", "date", "'0001-01-01'", {"d2": date(1, 1, 1), "d2__text": None}),
+    ("ts", "timestamp", "'-infinity'", {"ts": None, "ts__text": "-infinity"}),
+    ("tstz", "timestamptz", "'2024-02-29 23:59:59.999999+05:30'",
+     {"tstz": datetime(2024, 2, 29, 18, 29, 59, 999999, tzinfo=UTC), "tstz__text": None}),
+    ("tm", "time", "'24:00:00'", {"tm": None, "tm__text": "24:00:00"}),
+    ("ttz", "timetz", "'04:05:06.5-08'", {"ttz": "04:05:06.5-08"}),
+    ("iv", "interval", "'1 year -2 mons +3 days -04:05:06.5'",
+     {"iv": {"months": 10, "days": 3, "microseconds": -14706500000}, "iv__text": None}),
+    ("u", "uuid", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", {"u": UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")}),
+    ("j", "json", "'{\"k\": [1, null]}'", {"j": '{"k": [1, null]}'}),
+    ("jb", "jsonb", "'{\"k\": [1, null]}'", {"jb": '{"k": [1, null]}'}),
+    ("r4", "int4range", "'[1,5)'", {"r4": RANGE(1, 5, True, False)}),
+    ("r4u", "int4range", "'(,)'", {"r4u": RANGE(None, None, False, False)}),
+    ("rts", "tsrange", "'[\"2020-01-01 00:00:00\",infinity)'",
+     {"rts": None, "rts__text": '["2020-01-01 00:00:00",infinity)'}),
+    ("rd", "daterange", "'empty'", {"rd": RANGE(None, None, False, False, True), "rd__text": None}),
+    ("mr", "int4multirange", "'{[1,3),[5,7)}'", {"mr": [RANGE(1, 3, True, False), RANGE(5, 7, True, False)]}),
+    ("a1", "int4[]", "'{1,NULL,3}'", {"a1": [1, None, 3], "a1__text": None}),
+    ("a0", "int4[]", "'{}'", {"a0": [], "a0__text": None}),
+    ("a2", "int4[]", "'{{1,2},{3,NULL}}'", {"a2": None, "a2__text": "{{1,2},{3,NULL}}"}),
+    ("at", "text[]", "'{\"a b\",\"NULL\",NULL,\"\"}'", {"at": ["a b", "NULL", None, ""], "at__text": None}),
+    ("ad", "date[]", "'{2024-01-01,infinity}'", {"ad": None, "ad__text": "{2024-01-01,infinity}"}),
+    ("e", "mood", "'happy'", {"e": "happy"}),
+    ("dom", "price", "9.99", {"dom": Decimal("9.99"), "dom__text": None}),
+    ("nul", "int4", "NULL", {"nul": None}),
+]
+# Types pgbridge reads only as text: Postgres's text output, exactly (binary mode stops on them).
+TEXT_COLUMNS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("m", "money", "12.34", {"m": "$12.34"}),
+    ("ip", "inet", "'192.168.0.1/24'", {"ip": "192.168.0.1/24"}),
+    ("cid", "cidr", "'10.0.0.0/8'", {"cid": "10.0.0.0/8"}),
+    ("mac", "macaddr", "'08:00:2b:01:02:03'", {"mac": "08:00:2b:01:02:03"}),
+    ("bt", "bit(4)", "B'1010'", {"bt": "1010"}),
+    ("vb", "varbit", "B'10'", {"vb": "10"}),
+    ("tsv", "tsvector", "'a fat cat'", {"tsv": "'a' 'cat' 'fat'"}),
+    ("pt", "point", "'(1.5,-2)'", {"pt": "(1.5,-2)"}),
+    ("bx", "box", "'((0,0),(1,1))'", {"bx": "(1,1),(0,0)"}),
+    ("comp", "pair", "'(1,\"x y\")'", {"comp": '(1,"x y")'}),
+]
+
+
+def _decoded_rows(pg_dsn: str, broker: Broker, prefix: str, columns: list[tuple[str, str, str, dict[str, Any]]],
+                  *, binary: bool) -> list[dict[str, Any]]:
+    definition = ", ".join(f"{name} {pg_type}" for name, pg_type, _, _ in columns)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(TYPES + f"CREATE TABLE public.t (id int PRIMARY KEY, {definition})")
+    env = bridge_env(pg_dsn, broker.bootstrap, prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false"})
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60,
+                   message=f"slot never created: {bridge.log()}")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"INSERT INTO t VALUES (1, {', '.join(literal for _, _, literal, _ in columns)})")
+            conn.execute("INSERT INTO t (id) VALUES (2)")
+        records = read_topic(broker.bootstrap, f"{prefix}.public.t", min_count=2, timeout=60)
+        assert bridge.terminate() == 0, bridge.log()
+    store = load_schemas(broker.bootstrap, prefix)
+    return [store.decode(r.value)["after"] for r in records if r.value is not None]
+
+
+def _expected(columns: list[tuple[str, str, str, dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": 1}
+    for _, _, _, expected in columns:
+        out.update(expected)
+    return out
+
+
+def _check(rows: list[dict[str, Any]], columns: list[tuple[str, str, str, dict[str, Any]]]) -> None:
+    edge, nulls = rows
+    expected = _expected(columns)
+    assert {k: edge[k] for k in expected} == expected
+    assert set(edge) == set(nulls) and all(v is None for k, v in nulls.items() if k != "id")
+
+
+def test_edge_values_of_every_type_family_decode_exactly_in_text_format(pg_dsn: str, kafka_broker: Broker,
+                                                                         topic_prefix: str) -> None:
+    _check(_decoded_rows(pg_dsn, kafka_broker, topic_prefix, BINARY_COLUMNS + TEXT_COLUMNS, binary=False),
+           BINARY_COLUMNS + TEXT_COLUMNS)
+
+
+def test_binary_format_decodes_exactly_like_text_for_the_types_it_covers(pg_dsn: str, kafka_broker: Broker,
+                                                                         topic_prefix: str) -> None:
+    _check(_decoded_rows(pg_dsn, kafka_broker, topic_prefix, BINARY_COLUMNS, binary=True), BINARY_COLUMNS)
