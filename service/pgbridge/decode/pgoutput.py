@@ -482,6 +482,11 @@ _TABLES: Final = {
 }
 
 
+# Insert, Update and Delete exist in every protocol version and never open or close a stream block,
+# so the decoder sends them straight to their functions (two calls fewer per row than ``_dispatch``).
+_ROW_DECODERS: Final = _table({"I": _decode_insert, "U": _decode_update, "D": _decode_delete})
+
+
 def _table_for(proto_version: int) -> tuple[_Decode | None, ...]:
     try:
         return _TABLES[proto_version]
@@ -552,6 +557,12 @@ class PgoutputDecoder:
         return self._in_stream
 
     def decode(self, buf: Buffer) -> Message:
+        if type(buf) is not bytes:
+            buf = bytes(buf)
+        if buf and not self._in_stream:
+            hot = _ROW_DECODERS[buf[0]]
+            if hot is not None:  # Insert/Update/Delete outside a stream block: no dispatch, no checks
+                return hot(buf, False)
         msg = _dispatch(buf, self._table, self._in_stream, self._proto_version)
         if type(msg) is StreamStart:
             if self._in_stream:

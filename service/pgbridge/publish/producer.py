@@ -32,6 +32,11 @@ _FATAL_CODES: Final = {
     KafkaError.SASL_AUTHENTICATION_FAILED,
 }
 
+# produce()'s partition argument meaning "let the partitioner choose" (RD_KAFKA_PARTITION_UA). The
+# row path passes partition and callback positionally: keyword parsing made each produce() call
+# ~0.8 µs slower (2.0 vs 1.2 µs measured), a twentieth of a row's whole cost.
+PARTITION_UNASSIGNED: Final = -1
+
 CompletedHook = Callable[[list[PublishSlot]], None]
 
 
@@ -154,7 +159,7 @@ class KafkaPublisher:
                 self.topics.ensure(topic)
                 self._last_topic = topic
             try:
-                produce(topic, value, key, on_delivery=callback)
+                produce(topic, value, key, PARTITION_UNASSIGNED, callback)
             except BufferError:
                 self._wait_and_produce(topic, key, value, callback, idle)
             if value is not None:
@@ -171,7 +176,7 @@ class KafkaPublisher:
             self.raise_if_failed()
             idle()
             try:
-                self._producer.produce(topic, value, key, on_delivery=callback)
+                self._producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
                 return
             except BufferError:
                 continue
