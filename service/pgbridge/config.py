@@ -125,9 +125,25 @@ class SchemaRegistryConfig(_Section):
         return value or None
 
 
+# Rows per snapshot chunk: the unit of parallel work, of resume after a crash, and of an
+# incremental snapshot's read between two watermarks (held in memory until the high watermark).
+DEFAULT_SNAPSHOT_CHUNK_ROWS: Final = 10_000
+# Connections reading the initial snapshot in parallel. Two keep the producer busy on a small
+# host; each is one more backend holding the snapshot, so keep it small.
+DEFAULT_SNAPSHOT_WORKERS: Final = 2
+# Prefix of the logical messages operators send to pgbridge (pg_logical_emit_message).
+DEFAULT_SIGNAL_PREFIX: Final = "pgbridge.signal"
+# How often the publication is compared with the tables already snapshotted, so a table added at
+# run time gets an incremental snapshot within this time.
+DEFAULT_PUBLICATION_CHECK_S: Final = 10.0
+
+
 class SnapshotConfig(_Section):
     mode: Literal["initial", "never"] = "initial"
-    chunk_rows: int = Field(default=10_000, ge=1)
+    chunk_rows: int = Field(default=DEFAULT_SNAPSHOT_CHUNK_ROWS, ge=1)
+    workers: int = Field(default=DEFAULT_SNAPSHOT_WORKERS, ge=1, le=64)
+    signal_prefix: str = Field(default=DEFAULT_SIGNAL_PREFIX, min_length=1)
+    publication_check_s: float = Field(default=DEFAULT_PUBLICATION_CHECK_S, gt=0)
 
 
 class ToastConfig(_Section):

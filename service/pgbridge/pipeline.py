@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 
@@ -68,7 +68,9 @@ from pgbridge.metrics import (
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
-from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
+from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
+from pgbridge.snapshot.initial import ChunkSink, SnapshotInterrupted, run_initial_snapshot
+from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
@@ -220,6 +222,9 @@ class Session:
         self._key_cache: dict[tuple[int, tuple[str, ...]], tuple[str, ...]] = {}
         self._spilled_seen = 0
         self._outcomes_seen: dict[str, int] = {}
+        self.progress = ProgressStore(settings.kafka, self.publisher.topics, settings.postgres.slot)
+        self.incremental: IncrementalSnapshotter | None = None
+        self._next_publication_check = 0.0
         self.identity = identity or SlotIdentity()
         self.lease = lease
         self.monitor: SlotMonitor | None = None
@@ -252,9 +257,15 @@ class Session:
                                      observer=EncodeMetrics(self.metrics))
         info = slots.slot_info(self.sql, pg.slot)
         pending = f"{pg.slot}_snapshot"[:63]
+        progress_records = self.progress.load()
+        self.incremental = IncrementalSnapshotter(
+            dsn=dsn, slot=pg.slot, publication=pg.publication, chunk_rows=self.settings.snapshot.chunk_rows,
+            signal_prefix=self.settings.snapshot.signal_prefix, progress=self.progress, metrics=self.metrics,
+            connect_timeout_s=pg.connect_timeout_s)
+        self.incremental.load(progress_records)
         if info is None:
             self.identity.missing(pg.slot)
-            self._create_slot(database, pending)
+            self._create_slot(database, pending, progress_records)
         else:
             slots.validate_slot(info, database=database)
             if info.active:
@@ -276,54 +287,43 @@ class Session:
         log.info("replicating", extra={"slot": pg.slot, "publication": pg.publication,
                                        "proto_version": proto, "server_version": self.repl.server_version})
 
-    def _create_slot(self, database: str, pending: str) -> None:
-        """Create the slot; with snapshot.mode=initial, read existing rows in the slot's snapshot first.
-
-        The snapshot runs against a *pending* slot ``{slot}_snapshot``; only once every snapshot
-        record is acknowledged is it copied to the real slot name. A crash mid-snapshot leaves
-        only the pending slot, which the next start drops and redoes, so no row is ever lost.
-        """
-        assert self.sql is not None and self.repl is not None
+    def _create_slot(self, database: str, pending: str, records: dict[str, dict[str, Any]]) -> None:
+        """Create the slot; with snapshot.mode=initial, through the initial snapshot (snapshot/initial.py)."""
+        assert self.sql is not None and self.repl is not None and self.incremental is not None
         pg = self.settings.postgres
-        if slots.slot_info(self.sql, pending) is not None:
-            log.warning("dropping a pending snapshot slot left by an interrupted snapshot",
-                        extra={"slot": pending})
-            slots.drop_slot(self.sql, pending)
         if self.settings.snapshot.mode == "never":
+            if slots.slot_info(self.sql, pending) is not None:
+                slots.drop_slot(self.sql, pending)
             created = self.repl.create_slot(pg.slot, two_phase=pg.two_phase, export_snapshot=False)
             log.info("slot created", extra={"slot": created.name,
                                             "consistent_point": format_lsn(created.consistent_point)})
+            self.incremental.set_known_tables(table_names(slots.published_tables(self.sql, pg.publication)))
             return
-        created = self.repl.create_slot(pending, two_phase=pg.two_phase, export_snapshot=True)
-        log.info("snapshot slot created", extra={"slot": pending,
-                                                 "consistent_point": format_lsn(created.consistent_point)})
-        assert created.snapshot_name is not None
-        tables = slots.published_tables(self.sql, pg.publication)
-        unit = self.tracker.open_unit()
-        callback = self.publisher.callback_for(unit)
-        encoder = self.encoder
-        assert encoder is not None
-        ts_us = int(time.time() * 1_000_000)
+        tables = run_initial_snapshot(
+            dsn=pg.dsn.get_secret_value(), repl=self.repl, sql_conn=self.sql, slot=pg.slot, pending=pending,
+            publication=pg.publication, config=self.settings.snapshot, two_phase=pg.two_phase,
+            progress=self.progress, records=records, make_sink=lambda lsn: _SnapshotSink(self, lsn),
+            metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s)
+        self.incremental.set_known_tables(tables)
 
-        def emit(relation: Relation, row: TupleData) -> None:
-            ctx = EventContext(commit_lsn=created.consistent_point, xid=0, ts_us=ts_us, origin=None,
-                               total_order=0, collection_order=0, snapshot=True)
-            record = encoder.encode_snapshot_row(relation, row, ctx)
-            self._produce(record, callback, unit)
-            self._count_event(relation, "r")
+    def _snapshot_tick(self, now: float) -> None:
+        """Between transactions: drive incremental snapshots and notice tables new in the publication."""
+        snap = self.incremental
+        if snap is None or self.sql is None:
+            return
+        self.progress.poll()
+        if now >= self._next_publication_check:
+            self._next_publication_check = now + self.settings.snapshot.publication_check_s
+            published = table_names(slots.published_tables(self.sql, self.settings.postgres.publication))
+            snap.check_publication(published, snapshot_new=self.settings.snapshot.mode == "initial")
+        if snap.busy:
+            snap.tick(self._encode_incremental_row, self._key_columns)
 
-        run_initial_snapshot(pg.dsn.get_secret_value(), created.snapshot_name, tables, pg.publication,
-                             emit, metrics=self.metrics, stop=self.stop,
-                             connect_timeout_s=pg.connect_timeout_s)
-        self.tracker.seal(unit, None)
-        if self.publisher.flush(SHUTDOWN_FLUSH_S * 10):
-            raise TransientError("Kafka did not acknowledge the snapshot in time")
-        self.publisher.raise_if_failed()
-        if not self.tracker.is_drained():
-            raise TransientError("snapshot records were not all acknowledged")
-        slots.copy_slot(self.sql, pending, pg.slot)
-        slots.drop_slot(self.sql, pending)
-        log.info("snapshot complete; slot created", extra={"slot": pg.slot})
+    def _encode_incremental_row(self, relation: Relation, row: TupleData, high_lsn: Lsn) -> OutRecord:
+        assert self.encoder is not None
+        ctx = EventContext(commit_lsn=high_lsn, xid=0, ts_us=int(time.time() * 1_000_000), origin=None,
+                           total_order=0, collection_order=0, snapshot=True)
+        return self.encoder.encode_snapshot_row(relation, row, ctx)
 
     def _key_columns(self, relation: Relation) -> tuple[str, ...]:
         cache_key = (relation.rel_id, tuple(column.name for column in relation.columns))
@@ -413,6 +413,8 @@ class Session:
             monitor.check(self.sql, now)
         if self._next_heartbeat_at <= now:
             self._heartbeat(now)
+        if self._tx is None:
+            self._snapshot_tick(now)
 
     def _heartbeat(self, now: float) -> None:
         interval = self.settings.postgres.heartbeat_interval_s
@@ -440,6 +442,9 @@ class Session:
             ctx = tx.next_context(table)
             records = encoder.encode_row(event, ctx)
             nbytes = self.publisher.produce_all(records, tx.callback, tx.unit, self._idle_tick)
+            snap = self.incremental
+            if snap is not None and snap.window_table == table:
+                snap.drop_keys(record.key for record in records)
             tx.count(table, event.op, nbytes)
         elif isinstance(event, TxBegin):
             if self._tx is not None:
@@ -476,6 +481,8 @@ class Session:
                                    collection_order=tx.per_table[table])
                 self._produce(encoder.encode_truncate(event, relation, ctx), tx.callback, tx.unit)
                 self._count_event(relation, "t")
+                if self.incremental is not None and self.incremental.window_table == table:
+                    self.incremental.drop_all()
         elif isinstance(event, MessageChange):
             tx = self._tx
             if tx is None:
@@ -485,6 +492,8 @@ class Session:
                                origin=tx.origin, total_order=tx.total_order, collection_order=0)
             self._produce(encoder.encode_message(event.prefix, event.content, event.lsn, ctx, True),
                           tx.callback, tx.unit)
+            if self.incremental is not None:
+                self._snapshot_message(event.prefix, event.content, event.lsn, tx)
         elif isinstance(event, TxOrigin):
             if self._tx is not None:
                 self._tx.set_origin(event.name)
@@ -495,6 +504,25 @@ class Session:
             record = encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
             self._produce(record, self.publisher.callback_for(unit), unit)
             self.tracker.seal(unit, None)
+            if self.incremental is not None:
+                self._snapshot_message(event.prefix, event.content, event.lsn, None)
+
+    def _snapshot_message(self, prefix: str, content: bytes, lsn: Lsn, tx: _OpenTransaction | None) -> None:
+        """Signals start incremental snapshots; a chunk's high watermark releases its rows, produced
+        in the watermark's transaction so the confirmed LSN cannot pass them unacknowledged."""
+        snap = self.incremental
+        assert snap is not None
+        if prefix == snap.signal_prefix:
+            snap.on_signal(content, lsn)
+        elif prefix == snap.watermark_prefix and tx is not None:
+            released = snap.on_watermark(content)
+            if released is None:
+                return
+            table, rows = released
+            for record in rows:
+                self._produce(record, tx.callback, tx.unit)
+            self.metrics.events.labels(table, "r").inc(len(rows))
+            snap.chunk_produced(tx.unit)
 
     def _produce(self, record: OutRecord, callback: Callable[..., None], unit: PublishSlot) -> None:
         self.publisher.topics.ensure(record.topic)
@@ -570,9 +598,43 @@ class Session:
             self.sql = None
         self.publisher.close()
         self.assembler.close()
+        if self.incremental is not None:
+            self.incremental.close()
+        self.progress.close()
         if self.registry is not None:
             self.registry.close()
             self.registry = None
+
+
+class _SnapshotSink(ChunkSink):
+    """Initial snapshot rows into the session's encoder, producer and ack tracker (one unit per chunk)."""
+
+    def __init__(self, session: Session, snapshot_lsn: Lsn) -> None:
+        self._session = session
+        self._ts_us = int(time.time() * 1_000_000)
+        self._ctx = EventContext(commit_lsn=snapshot_lsn, xid=0, ts_us=self._ts_us, origin=None,
+                                 total_order=0, collection_order=0, snapshot=True)
+        self._callbacks: dict[int, Callable[..., None]] = {}
+
+    def begin_chunk(self) -> PublishSlot:
+        unit = self._session.tracker.open_unit()
+        self._callbacks[id(unit)] = self._session.publisher.callback_for(unit)
+        return unit
+
+    def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None:
+        session = self._session
+        assert session.encoder is not None
+        session._produce(session.encoder.encode_snapshot_row(relation, row, self._ctx), self._callbacks[id(unit)], unit)
+        session._count_event(relation, "r")
+
+    def end_chunk(self, unit: PublishSlot) -> None:
+        self._callbacks.pop(id(unit), None)
+        self._session.tracker.seal(unit, None)
+
+    def service(self) -> None:
+        self._session.publisher.poll(0)
+        self._session.publisher.raise_if_failed()
+        self._session.progress.poll()
 
 
 class _StopRequested(Exception):

@@ -1,30 +1,62 @@
-"""Initial snapshot: every published table read inside the slot's exported snapshot.
+"""Initial snapshot: every published table read in one consistent snapshot, chunked and parallel.
 
+```
+ planner (main thread, in the snapshot) ──TablePlan/chunks──▶ work queue
+ worker 1..N: own connection, SET TRANSACTION SNAPSHOT <name>, COPY (SELECT .. WHERE <chunk>)
+        │ parsed rows (bounded queue)
+        ▼
+ main thread: ChunkSink.emit (encode + produce, one PublishSlot per chunk)
+        │ chunk's unit fully acknowledged
+        ▼
+ on_chunk_durable → progress record (see progress.py for why this order makes resume safe)
+```
 Rows are read with ``COPY ... TO STDOUT`` in text format, whose field text is exactly what
 pgoutput sends for the same values, so snapshot rows go through the same encoder as streamed
-rows and land on the same topic with the same writer schema.
+rows and land on the same topic with the same writer schema. Workers only read and parse; the
+encoder, the producer and the ack tracker stay on the main thread, as in streaming.
+
+Every worker imports the same snapshot (``SET TRANSACTION SNAPSHOT``), so all chunks of all tables
+see the database at one instant. For a first attempt that is the pending slot's exported
+snapshot, valid while the replication connection that created the slot stays open and idle; for a
+resumed attempt it is a snapshot exported by an ordinary transaction (``new_exported_snapshot``).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 import psycopg
 from psycopg import sql
 
+from pgbridge.ack.tracker import PublishSlot
+from pgbridge.config import SnapshotConfig
 from pgbridge.decode.messages import KIND_NULL, KIND_TEXT, Relation, TupleData
-from pgbridge.errors import PgbridgeError, SourceUnavailable
+from pgbridge.errors import PgbridgeError, SourceUnavailable, TransientError
+from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import Metrics
+from pgbridge.snapshot.chunking import CHUNK_BY_CTID, Chunk, TablePlan, chunk_copy_query, plan_table
+from pgbridge.snapshot.progress import ProgressStore, done_key, header_key, initial_progress, plan_key
 from pgbridge.source import slots
-from pgbridge.source.connection import build_conninfo
+from pgbridge.source.connection import ReplicationConnection, build_conninfo
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S: Final = 10.0
+# Rows a worker hands over at once: large enough to make queue hand-offs cheap, small enough that
+# a stop request or a full producer is noticed within milliseconds.
+ROW_BATCH: Final = 1000
+# Batches waiting between the workers and the producer, per worker: bounds snapshot memory to
+# about workers * 8 * 1000 rows.
+BATCHES_PER_WORKER: Final = 8
+# After the last row, how long the chunks' records may take to be acknowledged.
+ACK_TIMEOUT_S: Final = 300.0
 
 _ESCAPES: Final = {ord("b"): b"\b", ord("f"): b"\f", ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t",
                    ord("v"): b"\v", ord("\\"): b"\\"}
@@ -89,49 +121,309 @@ def parse_copy_lines(chunks: Iterator[bytes | memoryview], column_count: int) ->
         raise SourceUnavailable("COPY output ended in the middle of a row")
 
 
-def run_initial_snapshot(dsn: str, snapshot_name: str, tables: list[tuple[str, str]], publication: str,
-                         emit: Callable[[Relation, TupleData], None], *, metrics: Metrics,
-                         stop: threading.Event, connect_timeout_s: float) -> int:
-    """Read every table in the exported snapshot and hand each row to ``emit``; returns rows read."""
+ConnT = psycopg.Connection[tuple[object, ...]]
+
+
+class ChunkSink(Protocol):
+    """Where snapshot rows go: the pipeline's encoder, producer and ack tracker (main thread only)."""
+
+    def begin_chunk(self) -> PublishSlot: ...
+
+    def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None: ...
+
+    def end_chunk(self, unit: PublishSlot) -> None: ...
+
+    def service(self) -> None:
+        """Serve delivery reports; raise if a delivery failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTable:
+    plan: TablePlan
+    relation: Relation
+
+
+def connect_snapshot(dsn: str, snapshot_name: str | None, *, connect_timeout_s: float) -> ConnT:
+    """A connection inside a REPEATABLE READ, READ ONLY transaction, in ``snapshot_name`` if given."""
     conninfo = build_conninfo(dsn, replication=False, connect_timeout_s=connect_timeout_s)
-    total = 0
     try:
         conn = psycopg.connect(conninfo, autocommit=False)
     except psycopg.OperationalError as exc:
         raise SourceUnavailable(f"snapshot connection failed: {str(exc).strip()}") from None
-    with conn:
+    try:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
-        for schema, table in tables:
-            relation = slots.relation_from_catalog(conn, schema, table, publication)
-            name = f"{schema}.{table}"
-            estimate_row = conn.execute("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s",
-                                        (relation.rel_id,)).fetchone()
-            estimate = int(str(estimate_row[0])) if estimate_row else 0
-            metrics.snapshot_rows_estimate.labels(name).set(estimate)
-            log.info("snapshot of table started", extra={"table": name, "rows_estimate": estimate})
-            columns = sql.SQL(", ").join(sql.Identifier(column.name) for column in relation.columns)
-            query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(columns, sql.Identifier(schema, table))
-            started = last_report = time.monotonic()
-            done = 0
-            counter = metrics.snapshot_rows.labels(name)
-            with conn.cursor() as cursor, cursor.copy(query) as copy:
-                for row in parse_copy_lines(iter(copy), len(relation.columns)):  # type: ignore[arg-type]
-                    emit(relation, row)
-                    done += 1
-                    if done % 1000 == 0:
-                        counter.inc(1000)
-                        if stop.is_set():
-                            raise SnapshotInterrupted(f"snapshot of {name} interrupted by a stop request")
-                        now = time.monotonic()
-                        if now - last_report >= PROGRESS_EVERY_S:
-                            last_report = now
-                            log.info("snapshot progress", extra={"table": name, "rows": done,
-                                                                 "rows_estimate": estimate})
-            counter.inc(done % 1000)
-            total += done
-            elapsed = max(time.monotonic() - started, 1e-9)
-            log.info("snapshot of table done", extra={"table": name, "rows": done,
-                                                      "rows_per_s": round(done / elapsed)})
-        conn.rollback()
+        if snapshot_name is not None:
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+    except psycopg.OperationalError as exc:
+        conn.close()
+        raise SourceUnavailable(f"cannot import snapshot {snapshot_name}: {str(exc).strip()}") from None
+    return conn
+
+
+def new_exported_snapshot(dsn: str, *, connect_timeout_s: float) -> tuple[ConnT, str]:
+    """A fresh consistent snapshot for a resumed attempt: the connection must stay open (and idle)
+    until every worker has imported the returned snapshot name."""
+    conn = connect_snapshot(dsn, None, connect_timeout_s=connect_timeout_s)
+    row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+    assert row is not None
+    return conn, str(row[0])
+
+
+def plan_tables(conn: ConnT, tables: list[tuple[str, str]], publication: str, chunk_rows: int,
+                metrics: Metrics) -> list[SnapshotTable]:
+    """Relations and chunk plans of ``tables``, on a connection already in the snapshot."""
+    planned = []
+    for schema, table in tables:
+        relation = slots.relation_from_catalog(conn, schema, table, publication)
+        keys = slots.key_columns(conn, relation.rel_id)
+        plan = plan_table(conn, relation, keys, chunk_rows)
+        metrics.snapshot_rows_estimate.labels(plan.table).set(plan.rows_estimate)
+        log.info("snapshot of table planned", extra={"table": plan.table, "rows_estimate": plan.rows_estimate,
+                                                     "chunks": len(plan.chunks), "chunk_by": plan.kind})
+        planned.append(SnapshotTable(plan, relation))
+    return planned
+
+
+def relations_for(conn: ConnT, plans: list[TablePlan], publication: str, metrics: Metrics) -> list[SnapshotTable]:
+    """Resumed attempt: the stored plans with relations read again from the catalog."""
+    tables = []
+    for plan in plans:
+        relation = slots.relation_from_catalog(conn, plan.schema, plan.name, publication)
+        metrics.snapshot_rows_estimate.labels(plan.table).set(plan.rows_estimate)
+        tables.append(SnapshotTable(plan, relation))
+    return tables
+
+
+def chunks_to_read(tables: list[SnapshotTable], done: set[tuple[str, int]]) -> list[Chunk]:
+    """Chunks without a done record; a keyless table with any of them is read again whole
+    (ctid ranges do not identify the same rows in another snapshot)."""
+    todo: list[Chunk] = []
+    for entry in tables:
+        plan = entry.plan
+        missing = [c for c in plan.chunks if (plan.table, c.index) not in done]
+        if missing and plan.kind == CHUNK_BY_CTID:
+            missing = list(plan.chunks)
+        todo.extend(missing)
+    return todo
+
+
+class _Worker(threading.Thread):
+    """Reads chunks from ``work`` in the shared snapshot and hands parsed rows to ``out``."""
+
+    def __init__(self, number: int, conn: ConnT, tables: dict[str, SnapshotTable],
+                 work: queue.Queue[Chunk], out: queue.Queue[tuple[object, ...]], abort: threading.Event) -> None:
+        super().__init__(name=f"pgbridge-snapshot-{number}", daemon=True)
+        self.conn = conn
+        self.tables = tables
+        self.work = work
+        self.out = out
+        self.abort = abort
+
+    def _put(self, item: tuple[object, ...]) -> bool:
+        while not self.abort.is_set():
+            try:
+                self.out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run(self) -> None:
+        try:
+            while not self.abort.is_set():
+                try:
+                    chunk = self.work.get_nowait()
+                except queue.Empty:
+                    break
+                entry = self.tables[chunk.table]
+                query = chunk_copy_query(entry.plan, entry.relation, chunk)
+                count = 0
+                batch: list[TupleData] = []
+                with self.conn.cursor() as cursor, cursor.copy(query) as copy:
+                    for row in parse_copy_lines(iter(copy), len(entry.relation.columns)):  # type: ignore[arg-type]
+                        batch.append(row)
+                        if len(batch) >= ROW_BATCH:
+                            count += len(batch)
+                            if not self._put(("rows", chunk, batch)):
+                                return
+                            batch = []
+                count += len(batch)
+                if not self._put(("rows", chunk, batch)) or not self._put(("chunk", chunk, count)):
+                    return
+            self._put(("exit",))
+        except BaseException as exc:  # handed to the main thread, which raises it
+            self._put(("error", exc))
+        finally:
+            try:
+                self.conn.close()
+            except Exception:
+                log.debug("closing a snapshot worker connection failed", exc_info=True)
+
+
+def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo: list[Chunk], sink: ChunkSink,
+                on_chunk_durable: Callable[[Chunk, int], None], *, workers: int, metrics: Metrics,
+                stop: threading.Event, connect_timeout_s: float) -> int:
+    """Read ``todo`` with ``workers`` connections sharing ``snapshot_name``; return rows read.
+
+    Each chunk's rows go to the sink under one ``PublishSlot``; ``on_chunk_durable`` is called once
+    all of them are acknowledged. Returns only when every chunk is durable.
+    """
+    by_table = {entry.plan.table: entry for entry in tables}
+    work: queue.Queue[Chunk] = queue.Queue()
+    for chunk in todo:
+        work.put(chunk)
+    count = max(1, min(workers, len(todo)))
+    # Import the snapshot in every worker before any reads: the exporter must still be idle.
+    connections = [connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s) for _ in range(count)]
+    out: queue.Queue[tuple[object, ...]] = queue.Queue(maxsize=count * BATCHES_PER_WORKER)
+    abort = threading.Event()
+    threads = [_Worker(i, conn, by_table, work, out, abort) for i, conn in enumerate(connections)]
+    remaining_per_table: dict[str, int] = defaultdict(int)
+    rows_per_table: dict[str, int] = defaultdict(int)
+    for chunk in todo:
+        remaining_per_table[chunk.table] += 1
+    units: dict[Chunk, PublishSlot] = {}
+    waiting: list[tuple[Chunk, PublishSlot, int]] = []
+    total = 0
+    started = last_report = time.monotonic()
+
+    def settle() -> None:
+        sink.service()
+        keep = []
+        for chunk, unit, rows in waiting:
+            if unit.sealed and unit.pending == 0 and not unit.failed:
+                on_chunk_durable(chunk, rows)
+                remaining_per_table[chunk.table] -= 1
+                if remaining_per_table[chunk.table] == 0:
+                    log.info("snapshot of table done", extra={"table": chunk.table,
+                                                              "rows": rows_per_table[chunk.table]})
+            else:
+                keep.append((chunk, unit, rows))
+        waiting[:] = keep
+
+    for thread in threads:
+        thread.start()
+    alive = len(threads)
+    try:
+        while alive:
+            if stop.is_set():
+                raise SnapshotInterrupted("initial snapshot interrupted by a stop request")
+            try:
+                item = out.get(timeout=0.1)
+            except queue.Empty:
+                settle()
+                continue
+            kind = item[0]
+            if kind == "rows":
+                read, batch = item[1], item[2]
+                assert isinstance(read, Chunk) and isinstance(batch, list)
+                unit = units.get(read)
+                if unit is None:
+                    unit = units[read] = sink.begin_chunk()
+                relation = by_table[read.table].relation
+                for row in batch:
+                    sink.emit(relation, row, unit)
+                metrics.snapshot_rows.labels(read.table).inc(len(batch))
+                rows_per_table[read.table] += len(batch)
+                total += len(batch)
+                settle()
+            elif kind == "chunk":
+                finished, rows = item[1], item[2]
+                assert isinstance(finished, Chunk) and isinstance(rows, int)
+                unit = units.pop(finished, None) or sink.begin_chunk()
+                sink.end_chunk(unit)
+                waiting.append((finished, unit, rows))
+            elif kind == "exit":
+                alive -= 1
+            else:
+                error = item[1]
+                if isinstance(error, psycopg.OperationalError):
+                    raise SourceUnavailable(f"snapshot read failed: {str(error).strip()}") from error
+                assert isinstance(error, BaseException)
+                raise error
+            now = time.monotonic()
+            if now - last_report >= PROGRESS_EVERY_S:
+                last_report = now
+                for table, done in rows_per_table.items():
+                    entry = by_table[table]
+                    log.info("snapshot progress", extra={"table": table, "rows": done,
+                                                         "rows_estimate": entry.plan.rows_estimate})
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        while waiting:
+            if stop.is_set():
+                raise SnapshotInterrupted("initial snapshot interrupted by a stop request")
+            if time.monotonic() > deadline:
+                raise TransientError("Kafka did not acknowledge the snapshot in time")
+            settle()
+            time.sleep(0.01)
+    finally:
+        abort.set()
+        for thread in threads:
+            thread.join(5.0)
+    elapsed = max(time.monotonic() - started, 1e-9)
+    log.info("snapshot rows read", extra={"rows": total, "rows_per_s": round(total / elapsed),
+                                          "workers": count})
     return total
+
+
+def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: ConnT, slot: str, pending: str,
+                         publication: str, config: SnapshotConfig, two_phase: bool, progress: ProgressStore,
+                         records: dict[str, dict[str, Any]], make_sink: Callable[[Lsn], ChunkSink],
+                         metrics: Metrics, stop: threading.Event, connect_timeout_s: float) -> list[str]:
+    """Snapshot every published table through the pending slot, then create ``slot`` from it.
+
+    Resumes a previous attempt when its pending slot and progress agree (see progress.py); else
+    starts over. Returns the tables snapshotted (``schema.table``).
+    """
+    existing = slots.slot_info(sql_conn, pending)
+    previous = initial_progress(records, slot)
+    exporter: ConnT
+    if (existing is not None and previous is not None and not existing.active
+            and existing.confirmed_flush_lsn == previous.consistent_lsn):
+        consistent = Lsn(previous.consistent_lsn)
+        exporter, snapshot_name = new_exported_snapshot(dsn, connect_timeout_s=connect_timeout_s)
+        plans = [TablePlan.from_json(plan) for plan in previous.plans.values()]
+        tables = relations_for(exporter, plans, publication, metrics)
+        done = previous.done
+        log.info("resuming the initial snapshot in a new consistent snapshot",
+                 extra={"slot": pending, "consistent_point": format_lsn(consistent),
+                        "chunks_done": len(done), "chunks": sum(len(p.chunks) for p in plans)})
+    else:
+        if existing is not None:
+            log.warning("dropping a pending snapshot slot whose progress is unknown; starting over",
+                        extra={"slot": pending})
+            slots.drop_slot(sql_conn, pending)
+        created = repl.create_slot(pending, two_phase=two_phase, export_snapshot=True)
+        assert created.snapshot_name is not None
+        consistent, snapshot_name = created.consistent_point, created.snapshot_name
+        log.info("snapshot slot created", extra={"slot": pending, "consistent_point": format_lsn(consistent)})
+        exporter = connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s)
+        tables = plan_tables(exporter, slots.published_tables(sql_conn, publication), publication,
+                             config.chunk_rows, metrics)
+        progress.put_many((plan_key(slot, t.plan.table), {"consistent_lsn": consistent, "plan": t.plan.to_json()})
+                          for t in tables)
+        progress.put(header_key(slot), {"consistent_lsn": consistent, "tables": [t.plan.table for t in tables]})
+        progress.flush()
+        done = set()
+    written: list[str] = []
+
+    def chunk_durable(chunk: Chunk, _rows: int) -> None:
+        key = done_key(slot, chunk.table, chunk.index)
+        progress.put(key, {"consistent_lsn": consistent})
+        written.append(key)
+
+    try:
+        read_chunks(dsn, snapshot_name, tables, chunks_to_read(tables, done), make_sink(consistent),
+                    chunk_durable, workers=config.workers, metrics=metrics, stop=stop,
+                    connect_timeout_s=connect_timeout_s)
+    finally:
+        exporter.close()
+    slots.copy_slot(sql_conn, pending, slot)
+    slots.drop_slot(sql_conn, pending)
+    names = [t.plan.table for t in tables]
+    # The attempt is over: tombstones let compaction forget it.
+    progress.put_many((key, None) for key in [*written, *(done_key(slot, t, i) for t, i in done),
+                                              *(plan_key(slot, t) for t in names), header_key(slot)])
+    progress.flush()
+    log.info("initial snapshot complete; slot created", extra={"slot": slot, "tables": names})
+    return names

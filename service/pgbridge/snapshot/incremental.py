@@ -1,0 +1,394 @@
+"""Incremental snapshots while streaming continues: DBLog watermarks, one chunk at a time.
+
+```
+ signal (pg_logical_emit_message 'pgbridge.signal')  or  a table new in the publication
+        │ queue of tables (persisted, progress.py)
+        ▼
+ tick():  emit LOW watermark ─▶ SELECT next chunk by key (own snapshot) ─▶ emit HIGH watermark
+          rows encoded and buffered by Kafka key
+        │
+ stream:  ... LOW ... row changes of the table: their keys dropped from the buffer ... HIGH
+        ▼
+ at HIGH: the remaining rows are produced as op=r inside the HIGH transaction's unit
+        ▼
+ once acknowledged: the table's cursor (last key read) is persisted; next chunk
+```
+Why no stale row survives: the chunk's SELECT starts after the low watermark committed and ends
+before the high watermark was written, so it sees every change committed before the low
+watermark and maybe some committed between the two. A key changed between the watermarks is
+dropped from the chunk (the stream carries its newer value); every other row read is exactly the
+row's state when the high watermark is decoded, and is produced right there, before any later
+change of the same key. Watermarks carry a random token per chunk, so watermarks of another
+pgbridge, or of an earlier session decoded again after a restart, are ignored.
+
+Keys are compared as the encoded Kafka keys, so text and binary pgoutput values agree and a
+key-changing update drops both its old and new key. Tables need a key (primary key or replica
+identity index) to be snapshotted incrementally; others are skipped with an error log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from pgbridge.ack.tracker import PublishSlot
+from pgbridge.decode.messages import Relation, TupleData
+from pgbridge.encode.envelope import OutRecord
+from pgbridge.errors import FatalError, SourceUnavailable
+from pgbridge.lsn import Lsn, format_lsn, parse_lsn
+from pgbridge.metrics import Metrics
+from pgbridge.snapshot.chunking import CHUNK_BY_KEY, TablePlan, next_rows_copy_query, plan_table
+from pgbridge.snapshot.initial import parse_copy_lines
+from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_key
+from pgbridge.source import slots
+from pgbridge.source.connection import build_conninfo
+
+log = logging.getLogger(__name__)
+
+SIGNAL_EXECUTE_SNAPSHOT: Final = "execute-snapshot"
+WATERMARK_LOW: Final = "low"
+WATERMARK_HIGH: Final = "high"
+PROGRESS_EVERY_S: Final = 10.0
+
+Encode = Callable[[Relation, TupleData, Lsn], OutRecord]
+
+
+def watermark_prefix(signal_prefix: str) -> str:
+    """Watermarks use the signal prefix's namespace: ``pgbridge.signal`` → ``pgbridge.watermark``."""
+    head, _, _ = signal_prefix.rpartition(".")
+    return f"{head}.watermark" if head else f"{signal_prefix}.watermark"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSignal:
+    tables: tuple[str, ...]
+    slot: str | None
+
+
+def parse_signal(content: bytes) -> SnapshotSignal | None:
+    """An ``execute-snapshot`` signal, or ``None`` (with a warning) for anything else."""
+    try:
+        data = json.loads(bytes(content).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        log.warning("ignoring a signal that is not JSON", extra={"content": bytes(content)[:200].decode(errors="replace")})
+        return None
+    if not isinstance(data, dict) or data.get("type") != SIGNAL_EXECUTE_SNAPSHOT:
+        log.warning("ignoring a signal of unknown type", extra={"content": str(data)[:200]})
+        return None
+    tables = data.get("tables") or data.get("data", {}).get("data-collections")
+    if not isinstance(tables, list) or not all(isinstance(t, str) and t.count(".") == 1 for t in tables):
+        log.warning("ignoring an execute-snapshot signal without a tables list of schema.table names",
+                    extra={"content": str(data)[:200]})
+        return None
+    slot = data.get("slot")
+    return SnapshotSignal(tuple(tables), None if slot is None else str(slot))
+
+
+def parse_watermark(content: bytes) -> tuple[str, str] | None:
+    """(kind, token) of a watermark message."""
+    try:
+        data = json.loads(bytes(content).decode("utf-8"))
+        return str(data["kind"]), str(data["token"])
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+@dataclass(slots=True)
+class IncrementalState:
+    """What survives a restart: the table queue, the cursor in its head, the last signal acted on."""
+
+    queue: list[str] = field(default_factory=list)
+    after: list[str] | None = None
+    signal_lsn: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "after": self.after, "signal_lsn": self.signal_lsn}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> IncrementalState:
+        if not data:
+            return cls()
+        after = data.get("after")
+        return cls(list(data.get("queue", [])), None if after is None else [str(v) for v in after],
+                   int(data.get("signal_lsn", 0)))
+
+
+@dataclass(slots=True)
+class _PendingChunk:
+    token: str
+    table: str
+    buffer: dict[bytes, OutRecord]
+    next_after: list[str] | None
+    last: bool
+    window_open: bool = False
+    unit: PublishSlot | None = None
+    emitted: int = 0
+
+
+class IncrementalSnapshotter:
+    """Drives incremental snapshots from the pipeline's main thread (no threads of its own)."""
+
+    def __init__(self, *, dsn: str, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
+                 progress: ProgressStore, metrics: Metrics, connect_timeout_s: float) -> None:
+        self._dsn = dsn
+        self.slot = slot
+        self.publication = publication
+        self.chunk_rows = chunk_rows
+        self.signal_prefix = signal_prefix
+        self.watermark_prefix = watermark_prefix(signal_prefix)
+        self._progress = progress
+        self._metrics = metrics
+        self._connect_timeout_s = connect_timeout_s
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.state = IncrementalState()
+        self.known_tables: set[str] | None = None
+        self._pending: _PendingChunk | None = None
+        self._plans: dict[str, tuple[TablePlan, Relation]] = {}
+        self._table_rows: dict[str, int] = {}
+        self._last_report = time.monotonic()
+        # The table whose row changes must be checked against the chunk buffer, or None. The
+        # pipeline's hot path reads only this attribute.
+        self.window_table: str | None = None
+
+    # -- persisted state ----------------------------------------------------------------------------
+    def load(self, records: dict[str, dict[str, Any]]) -> None:
+        self.state = IncrementalState.from_json(records.get(incremental_key(self.slot)))
+        known = records.get(tables_key(self.slot))
+        self.known_tables = None if known is None else set(known.get("tables", []))
+        if self.state.queue:
+            log.info("resuming incremental snapshot", extra={"tables": self.state.queue,
+                                                             "after": self.state.after})
+
+    def _persist(self, *, sync: bool) -> None:
+        self._progress.put(incremental_key(self.slot), self.state.to_json())
+        if sync:
+            self._progress.flush()
+
+    def set_known_tables(self, tables: Iterable[str]) -> None:
+        self.known_tables = set(tables)
+        self._progress.put(tables_key(self.slot), {"tables": sorted(self.known_tables)})
+        self._progress.flush()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.state.queue) or self._pending is not None
+
+    # -- triggers -----------------------------------------------------------------------------------
+    def on_signal(self, content: bytes, lsn: Lsn) -> None:
+        """A message with the signal prefix. Acted on once: recorded before its transaction can be
+        confirmed, and ignored when decoded again at or below the recorded LSN."""
+        if lsn <= self.state.signal_lsn:
+            log.info("ignoring a signal already acted on", extra={"lsn": format_lsn(lsn)})
+            return
+        signal = parse_signal(content)
+        if signal is None:
+            return
+        if signal.slot is not None and signal.slot != self.slot:
+            return
+        log.info("incremental snapshot requested", extra={"tables": list(signal.tables), "lsn": format_lsn(lsn)})
+        self.state.signal_lsn = int(lsn)
+        self._enqueue(signal.tables)
+        self._persist(sync=True)
+
+    def check_publication(self, published: Iterable[str], *, snapshot_new: bool) -> None:
+        """Compare the publication with the tables known to be snapshotted; queue the new ones."""
+        current = set(published)
+        if self.known_tables is None:
+            self.set_known_tables(current)
+            return
+        added = sorted(current - self.known_tables)
+        if not added and current == self.known_tables:
+            return
+        if added and snapshot_new:
+            log.info("tables added to the publication; snapshotting them", extra={"tables": added})
+            self._enqueue(added)
+            self._persist(sync=True)
+        self.set_known_tables(current)
+
+    def _enqueue(self, tables: Iterable[str]) -> None:
+        for table in tables:
+            if table not in self.state.queue:
+                self.state.queue.append(table)
+
+    # -- the stream between the watermarks ----------------------------------------------------------
+    def drop_keys(self, keys: Iterable[bytes | None]) -> None:
+        pending = self._pending
+        assert pending is not None
+        for key in keys:
+            if key is not None:
+                pending.buffer.pop(key, None)
+
+    def drop_all(self) -> None:
+        """A TRUNCATE of the table between the watermarks: nothing read is current any more."""
+        if self._pending is not None:
+            self._pending.buffer.clear()
+
+    def on_watermark(self, content: bytes) -> tuple[str, list[OutRecord]] | None:
+        """A watermark message; at this chunk's high watermark, the table and the rows to produce
+        right now."""
+        parsed = parse_watermark(content)
+        pending = self._pending
+        if parsed is None or pending is None or parsed[1] != pending.token or pending.unit is not None:
+            return None
+        kind = parsed[0]
+        if kind == WATERMARK_LOW:
+            pending.window_open = True
+            self.window_table = pending.table
+            return None
+        if kind != WATERMARK_HIGH or not pending.window_open:
+            return None
+        self.window_table = None
+        records = list(pending.buffer.values())
+        pending.emitted = len(records)
+        return pending.table, records
+
+    def chunk_produced(self, unit: PublishSlot) -> None:
+        """The high watermark's rows were produced in ``unit`` (the watermark's transaction)."""
+        assert self._pending is not None
+        self._pending.unit = unit
+
+    # -- driving ------------------------------------------------------------------------------------
+    def tick(self, encode: Encode, key_columns: Callable[[Relation], tuple[str, ...]]) -> None:
+        """Move on: persist an acknowledged chunk, or read the next one. Cheap when idle."""
+        pending = self._pending
+        if pending is not None:
+            unit = pending.unit
+            if unit is None or not unit.sealed or unit.pending or unit.failed:
+                return
+            self._chunk_done(pending)
+            self._pending = None
+        if not self.state.queue:
+            return
+        table = self.state.queue[0]
+        entry = self._plan(table, key_columns)
+        if entry is None:
+            self.state.queue.pop(0)
+            self.state.after = None
+            self._persist(sync=False)
+            return
+        self._read_chunk(table, *entry, encode)
+
+    def _chunk_done(self, pending: _PendingChunk) -> None:
+        table = pending.table
+        self._metrics.snapshot_rows.labels(table).inc(pending.emitted)
+        self._table_rows[table] = self._table_rows.get(table, 0) + pending.emitted
+        if pending.last:
+            self.state.queue.remove(table)
+            self.state.after = None
+            self._plans.pop(table, None)
+            log.info("incremental snapshot of table done", extra={"table": table,
+                                                                  "rows": self._table_rows.pop(table, 0)})
+        else:
+            self.state.after = pending.next_after
+        self._persist(sync=False)
+        now = time.monotonic()
+        if now - self._last_report >= PROGRESS_EVERY_S and not pending.last:
+            self._last_report = now
+            estimate = self._plans[table][0].rows_estimate if table in self._plans else 0
+            log.info("incremental snapshot progress", extra={"table": table, "rows": self._table_rows.get(table, 0),
+                                                             "rows_estimate": estimate})
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed:
+            conninfo = build_conninfo(self._dsn, replication=False, connect_timeout_s=self._connect_timeout_s)
+            try:
+                self._conn = psycopg.connect(conninfo, autocommit=True)
+            except psycopg.OperationalError as exc:
+                raise SourceUnavailable(f"incremental snapshot connection failed: {str(exc).strip()}") from None
+        return self._conn
+
+    def _plan(self, table: str, key_columns: Callable[[Relation], tuple[str, ...]]) -> tuple[TablePlan, Relation] | None:
+        cached = self._plans.get(table)
+        if cached is not None:
+            return cached
+        schema, _, name = table.partition(".")
+        conn = self._connection()
+        try:
+            published = (schema, name) in slots.published_tables(conn, self.publication)
+            if not published:
+                log.error("cannot snapshot a table that is not in the publication; skipped",
+                          extra={"table": table, "publication": self.publication})
+                return None
+            relation = slots.relation_from_catalog(conn, schema, name, self.publication)
+            keys = key_columns(relation) or slots.key_columns(conn, relation.rel_id)
+            if not keys:
+                log.error("cannot snapshot a table without a primary key or replica identity index "
+                          "incrementally; skipped", extra={"table": table})
+                return None
+            plan = plan_table(conn, relation, keys, self.chunk_rows, boundaries=False)
+        except FatalError as exc:
+            log.error("cannot snapshot table; skipped", extra={"table": table, "error": str(exc)})
+            return None
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"incremental snapshot planning failed: {str(exc).strip()}") from None
+        self._metrics.snapshot_rows_estimate.labels(table).set(plan.rows_estimate)
+        log.info("incremental snapshot of table started", extra={"table": table, "rows_estimate": plan.rows_estimate,
+                                                                 "after": self.state.after})
+        self._plans[table] = (plan, relation)
+        return plan, relation
+
+    def _emit_watermark(self, conn: psycopg.Connection[tuple[object, ...]], kind: str, token: str,
+                        table: str) -> Lsn:
+        content = json.dumps({"kind": kind, "token": token, "table": table, "slot": self.slot})
+        row = conn.execute("SELECT pg_logical_emit_message(true, %s, %s)::text",
+                           (self.watermark_prefix, content)).fetchone()
+        assert row is not None
+        return parse_lsn(str(row[0]))
+
+    def _read_chunk(self, table: str, plan: TablePlan, relation: Relation, encode: Encode) -> None:
+        assert plan.kind == CHUNK_BY_KEY
+        conn = self._connection()
+        token = uuid.uuid4().hex
+        after = None if self.state.after is None else tuple(self.state.after)
+        query = next_rows_copy_query(plan, relation, after, self.chunk_rows)
+        width = len(relation.columns)
+        rows: list[tuple[TupleData, list[str]]] = []
+        try:
+            self._emit_watermark(conn, WATERMARK_LOW, token, table)
+            with conn.cursor() as cursor, cursor.copy(query) as copy:
+                for row in parse_copy_lines(iter(copy), width + len(plan.key_columns)):  # type: ignore[arg-type]
+                    values = row.values
+                    key_text = [bytes(v or b"").decode() for v in values[width:]]
+                    rows.append((TupleData(row.kinds[:width], values[:width]), key_text))
+            high_lsn = self._emit_watermark(conn, WATERMARK_HIGH, token, table)
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"incremental snapshot read failed: {str(exc).strip()}") from None
+        except psycopg.Error as exc:
+            # The table changed under us (dropped, altered): skip it rather than stop streaming.
+            log.error("incremental snapshot of table failed; skipped", extra={"table": table, "error": str(exc)})
+            self.state.queue.remove(table)
+            self.state.after = None
+            self._plans.pop(table, None)
+            self._persist(sync=False)
+            return
+        buffer: dict[bytes, OutRecord] = {}
+        for row, _ in rows:
+            record = encode(relation, row, high_lsn)
+            if record.key is not None:
+                buffer[record.key] = record
+        self._pending = _PendingChunk(token=token, table=table, buffer=buffer,
+                                      next_after=rows[-1][1] if rows else self.state.after,
+                                      last=len(rows) < self.chunk_rows)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def table_names(tables: Iterable[tuple[str, str]]) -> list[str]:
+    return [f"{schema}.{name}" for schema, name in tables]
+
+
+def emit_signal_sql(tables: Iterable[str], prefix: str = "pgbridge.signal") -> sql.Composed:
+    """The operator's command, as documented: useful in tests and the CLI."""
+    content = json.dumps({"type": SIGNAL_EXECUTE_SNAPSHOT, "tables": list(tables)})
+    return sql.SQL("SELECT pg_logical_emit_message(true, {}, {})").format(sql.Literal(prefix), sql.Literal(content))
