@@ -35,6 +35,7 @@ from fastavro import parse_schema, schemaless_writer
 from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.decode.messages import (
     IDENTITY_FULL,
+    IDENTITY_INDEX,
     KIND_BINARY,
     KIND_NULL,
     KIND_TEXT,
@@ -366,6 +367,11 @@ class ChangeEncoder:
     def _key_indexes(self, relation: Relation) -> tuple[int, ...]:
         positions = {c.name: i for i, c in enumerate(relation.columns)}
         names = self._key_resolver(relation)
+        identity = tuple(c.name for c in relation.columns if c.is_key)
+        if relation.replica_identity == IDENTITY_INDEX and not set(names) <= set(identity):
+            # REPLICA IDENTITY USING INDEX on columns other than the primary key: deletes (and key
+            # changes) carry only the index's columns, so they are the only key every op can give.
+            names = identity
         unknown = [n for n in names if n not in positions]
         if unknown:
             raise EncodeError(f"key column(s) {', '.join(unknown)} of {relation.namespace}.{relation.name} "
