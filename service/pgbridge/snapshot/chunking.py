@@ -146,7 +146,8 @@ def next_rows_copy_query(plan: TablePlan, relation: Relation, after: tuple[str, 
     read the key back, even when a column list leaves a key column out of the publication."""
     assert plan.kind == CHUNK_BY_KEY
     columns = sql.SQL(", ").join([*(sql.Identifier(column.name) for column in relation.columns),
-                                  *(sql.SQL("{}::text").format(sql.Identifier(c)) for c in plan.key_columns)])
+                                  *(sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(f"pgbridge_key_{i}"))
+                                    for i, c in enumerate(plan.key_columns))])
     key = _key_tuple(plan.key_columns)
     where = sql.SQL("TRUE") if after is None else sql.SQL("{} > {}").format(
         key, _value_tuple(after, plan.key_types))

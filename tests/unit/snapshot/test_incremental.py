@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pgbridge.encode.envelope import OutRecord
+from pgbridge.lsn import Lsn
+from pgbridge.metrics import Metrics
+from pgbridge.snapshot.incremental import (
+    IncrementalSnapshotter,
+    IncrementalState,
+    _PendingChunk,
+    parse_signal,
+    watermark_prefix,
+)
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.records: dict[str, Any] = {}
+        self.flushes = 0
+
+    def put(self, key: str, value: Any) -> None:
+        self.records[key] = value
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def _snapshotter() -> tuple[IncrementalSnapshotter, _Progress]:
+    progress = _Progress()
+    snap = IncrementalSnapshotter(dsn="", slot="s1", publication="p", chunk_rows=10, signal_prefix="pgbridge.signal",
+                                  progress=progress, metrics=Metrics(), connect_timeout_s=1)  # type: ignore[arg-type]
+    return snap, progress
+
+
+def _signal(*tables: str, **extra: Any) -> bytes:
+    return json.dumps({"type": "execute-snapshot", "tables": list(tables), **extra}).encode()
+
+
+def test_signals_parse_and_junk_is_ignored() -> None:
+    signal = parse_signal(_signal("public.a", "s.b"))
+    assert signal is not None and signal.tables == ("public.a", "s.b")
+    assert parse_signal(b"not json") is None
+    assert parse_signal(b'{"type":"stop-snapshot"}') is None
+    assert parse_signal(b'{"type":"execute-snapshot","tables":["nodot"]}') is None
+    assert watermark_prefix("pgbridge.signal") == "pgbridge.watermark"
+
+
+def test_a_signal_is_persisted_before_returning_and_acted_on_once() -> None:
+    snap, progress = _snapshotter()
+    snap.on_signal(_signal("public.a"), Lsn(100))
+    assert snap.state.queue == ["public.a"] and progress.flushes == 1
+    assert progress.records["s1/incremental"]["signal_lsn"] == 100
+    snap.on_signal(_signal("public.b"), Lsn(100))  # the same signal decoded again after a restart
+    snap.on_signal(_signal("public.b", slot="other"), Lsn(200))  # meant for another pgbridge
+    assert snap.state.queue == ["public.a"]
+    snap.on_signal(_signal("public.a", "public.b"), Lsn(300))
+    assert snap.state.queue == ["public.a", "public.b"]
+
+
+def test_new_publication_tables_are_queued_only_after_the_known_set_exists() -> None:
+    snap, _ = _snapshotter()
+    snap.check_publication(["public.a"], snapshot_new=True)
+    assert snap.state.queue == [] and snap.known_tables == {"public.a"}
+    snap.check_publication(["public.a", "public.b"], snapshot_new=True)
+    assert snap.state.queue == ["public.b"]
+    snap.check_publication(["public.a", "public.b", "public.c"], snapshot_new=False)
+    assert snap.state.queue == ["public.b"] and snap.known_tables == {"public.a", "public.b", "public.c"}
+
+
+def _record(key: bytes) -> OutRecord:
+    return OutRecord("t", key, b"v" + key)
+
+
+def test_keys_changed_between_the_watermarks_are_dropped_from_the_chunk() -> None:
+    snap, _ = _snapshotter()
+    snap._pending = _PendingChunk(token="tok", table="public.a",
+                                  buffer={k: _record(k) for k in (b"1", b"2", b"3")}, next_after=["3"], last=False)
+    low = json.dumps({"kind": "low", "token": "tok"}).encode()
+    high = json.dumps({"kind": "high", "token": "tok"}).encode()
+    assert snap.on_watermark(json.dumps({"kind": "high", "token": "other"}).encode()) is None
+    assert snap.on_watermark(low) is None
+    assert snap.window_table == "public.a"
+    snap.drop_keys([b"2", None])
+    released = snap.on_watermark(high)
+    assert released == ("public.a", [_record(b"1"), _record(b"3")])
+    assert snap.window_table is None
+
+
+def test_a_truncate_between_the_watermarks_drops_the_whole_chunk() -> None:
+    snap, _ = _snapshotter()
+    snap._pending = _PendingChunk(token="tok", table="public.a", buffer={b"1": _record(b"1")},
+                                  next_after=None, last=True)
+    snap.on_watermark(json.dumps({"kind": "low", "token": "tok"}).encode())
+    snap.drop_all()
+    assert snap.on_watermark(json.dumps({"kind": "high", "token": "tok"}).encode()) == ("public.a", [])
+
+
+def test_state_survives_json() -> None:
+    state = IncrementalState(["public.a"], ["5", "x"], 42)
+    assert IncrementalState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert IncrementalState.from_json(None) == IncrementalState()
