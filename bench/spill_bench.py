@@ -108,6 +108,9 @@ def main() -> int:
         bridge.send_signal(signal.SIGTERM)
         bridge.wait(120)
         return 0
+    except BaseException:
+        print(f"Postgres log tail:\n{cluster.log_tail()}", file=sys.stderr)
+        raise
     finally:
         if bridge is not None and bridge.poll() is None:
             bridge.kill()

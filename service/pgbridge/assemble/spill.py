@@ -40,10 +40,15 @@ from pgbridge.lsn import Lsn
 
 BufferedEvent = TxOrigin | RowChange | TruncateChange | MessageChange
 
-CHANGE_OVERHEAD_BYTES: Final = 200
-"""Estimated bytes one buffered change costs beyond its column values. The event, its TupleData,
-the values tuple and a bytes header per column come to a few hundred bytes in CPython; estimating
-high only makes a transaction spill a little earlier, estimating low would break the bound."""
+CHANGE_OVERHEAD_BYTES: Final = 320
+"""Estimated bytes one buffered change costs beyond its column values: the event, its TupleData,
+the values tuple, the kinds bytes and the buffer's (subxid, size, event) entry come to about 300
+bytes in CPython 3.11+ (measured with tracemalloc). Estimating high only makes a transaction spill
+a little earlier; estimating low would break the memory bound."""
+
+COLUMN_OVERHEAD_BYTES: Final = 40
+"""Estimated bytes per non-null column value beyond its length: the bytes object's header (33),
+rounded up for allocator alignment; every column also costs its 8-byte slot in the values tuple."""
 
 MAX_FRAME_BYTES: Final = 1 << 20
 """Largest run of changes (by the same estimate) pickled as one frame. Read-back holds one frame
@@ -80,7 +85,8 @@ def estimate_event_bytes(event: BufferedEvent) -> int:
 def _tuple_bytes(data: TupleData | None) -> int:
     if data is None:
         return 0
-    return sum(len(value) for value in data.values if value is not None)
+    return sum(len(value) + COLUMN_OVERHEAD_BYTES for value in data.values if value is not None) \
+        + 8 * len(data.values)
 
 
 def remove_stale_spill_files(spill_dir: Path) -> int:
