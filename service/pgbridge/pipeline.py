@@ -309,7 +309,7 @@ class Session:
     def _snapshot_tick(self, now: float) -> None:
         """Between transactions: drive incremental snapshots and notice tables new in the publication."""
         snap = self.incremental
-        if snap is None or self.sql is None:
+        if snap is None or self.sql is None or self.stream is None:  # not before streaming starts
             return
         self.progress.poll()
         if now >= self._next_publication_check:
@@ -674,7 +674,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 session.shutdown()
                 return
             except SnapshotInterrupted:
-                log.info("stopped during the initial snapshot; it restarts on the next start")
+                log.info("stopped during the initial snapshot; the next start resumes it")
                 session.close()
                 return
             except LeadershipLost as exc:
