@@ -82,7 +82,9 @@ class LeaderLease:
                              extra={"slot": self._slot, "retry_s": self._retry_s})
                     waiting_logged = True
             except SourceUnavailable as exc:
-                log.warning("leader lock: Postgres unreachable", extra={"error": str(exc)})
+                if not waiting_logged:
+                    log.warning("leader lock: Postgres unreachable", extra={"error": str(exc)})
+                    waiting_logged = True
                 self._close()
             stop.wait(self._retry_s)
         return False

@@ -1,0 +1,97 @@
+"""A paused broker: pgbridge stops reading instead of buffering (kafka.max_in_flight), its memory
+stays bounded, and nothing is confirmed until Kafka acknowledges again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env
+from tests.support.broker import Broker
+from tests.support.http import metric, scrape, status
+from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+ROW_BYTES = 1000
+TRANSACTIONS = 600
+ROWS_PER_TRANSACTION = 100  # 600 x 100 x 1 kB: 60 MB of row data written while the broker is paused
+MAX_IN_FLIGHT = 500
+RSS_GROWTH_BOUND = 30 * 1024 * 1024
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status_file:
+        for line in status_file:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_broker: Broker,
+                                                           topic_prefix: str) -> None:
+    # given
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    env = bridge_env(pg_dsn, fresh_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_KAFKA__MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
+                            "PGBRIDGE_KAFKA__DELIVERY_TIMEOUT_MS": "300000"})
+    with BridgeProcess(env).start(http=True) as bridge:
+        port = bridge.http_port
+        assert port is not None and bridge.process is not None
+        pid = bridge.process.pid
+        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # warm up: topics, schemas, producer
+            conn.execute("INSERT INTO t VALUES (0, 'warm')")
+        wait_until(lambda: metric(scrape(port), "pgbridge_events_total", table="public.t", op="c") == 1,
+                   timeout=60, message="warm-up row not published")
+        baseline = _rss(pid)
+        broker_pid = fresh_broker.pid
+        assert broker_pid is not None
+        confirmed_before = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+        # when: the broker is frozen while 60 MB of changes are committed
+        os.kill(broker_pid, signal.SIGSTOP)
+        try:
+            peak = baseline
+            done = threading.Event()
+
+            def write() -> None:
+                with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                    for n in range(TRANSACTIONS):
+                        first = 1 + n * ROWS_PER_TRANSACTION
+                        conn.execute("INSERT INTO t SELECT g, repeat('x', %s) FROM generate_series(%s, %s) g",
+                                     (ROW_BYTES, first, first + ROWS_PER_TRANSACTION - 1))
+                done.set()
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            while not done.is_set():
+                peak = max(peak, _rss(pid))
+                time.sleep(0.2)
+            for _ in range(10):
+                peak = max(peak, _rss(pid))
+                time.sleep(0.2)
+            in_flight = metric(scrape(port), "pgbridge_kafka_queue_depth")
+            # then: bounded memory, a full but bounded queue, and nothing confirmed
+            assert slot_confirmed_flush_lsn(pg_dsn, topic_prefix) == confirmed_before
+            assert bridge.alive(), bridge.log()
+        finally:
+            os.kill(broker_pid, signal.SIGCONT)
+        print(f"rss baseline {baseline / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, in flight {in_flight:.0f}")
+        assert peak - baseline < RSS_GROWTH_BOUND
+        assert 0 < in_flight <= MAX_IN_FLIGHT
+        # when the broker resumes, everything is delivered and confirmed
+        end = current_wal_lsn(pg_dsn)
+        wait_until(lambda: metric(scrape(port), "pgbridge_events_total", table="public.t", op="c")
+                   == 1 + TRANSACTIONS * ROWS_PER_TRANSACTION, timeout=300, interval=1.0,
+                   message="not everything was published after the broker resumed")
+        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= end, timeout=120,
+                   message="never confirmed after the broker resumed")
+        assert bridge.terminate() == 0, bridge.log()

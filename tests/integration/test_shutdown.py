@@ -1,0 +1,81 @@
+"""SIGTERM during a workload: exit 0, and the slot is confirmed exactly through the last delivered
+transaction: its commit record's end, or beyond it only over WAL that holds no commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
+from tests.support.broker import Broker
+from tests.support.kafka import read_topic
+from tests.support.postgres import PgClusterFactory, create_database, slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+@pytest.mark.parametrize("version", [15, 18])
+def test_sigterm_mid_workload_confirms_the_end_of_the_last_delivered_transaction(
+        version: int, pg_cluster_factory: PgClusterFactory, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: a cluster of its own (no autovacuum: every commit in the WAL is the workload's)
+    cluster = pg_cluster_factory(version, {"autovacuum": "off"})
+    create_database(cluster, "app")
+    dsn = cluster.dsn("app")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_walinspect")
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    env = bridge_env(dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never"})
+    stop = threading.Event()
+
+    def workload() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            i = 0
+            while not stop.is_set():
+                with conn.transaction():
+                    for _ in range(3):
+                        i += 1
+                        conn.execute("INSERT INTO t VALUES (%s, 'w')", (i,))
+
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix), timeout=60, message="no slot")
+        writer = threading.Thread(target=workload, daemon=True)
+        writer.start()
+        time.sleep(4)
+        # when: SIGTERM while transactions keep committing
+        code = bridge.terminate()
+        stop.set()
+        writer.join(30)
+    # then: a clean exit
+    assert code == 0, bridge.log()
+    confirmed = slot_confirmed_flush_lsn(dsn, topic_prefix)
+    assert confirmed is not None
+    records = read_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.t", min_count=1, timeout=60, idle=2.0)
+    store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+    delivered = {store.decode(r.value)["source"]["commit_lsn"] for r in records if r.value is not None}
+    last = max(delivered)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT (end_lsn - '0/0')::bigint FROM pg_get_wal_record_info(%s::pg_lsn)",
+                           (_lsn(last),)).fetchone()
+        assert row is not None
+        last_end = int(row[0])
+        # every commit between the first delivered one and the confirmed LSN was delivered ...
+        commits = {int(r[0]) for r in conn.execute(
+            "SELECT (start_lsn - '0/0')::bigint FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)"
+            " WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%%'",
+            (_lsn(min(delivered)), _lsn(confirmed))).fetchall()}
+    assert commits <= delivered, sorted(commits - delivered)[:5]
+    # ... and the confirmed LSN is the end of the last delivered commit (or beyond it only over
+    # WAL without commits, when the walsender's keepalive reported that position while idle)
+    assert confirmed >= last_end
+    assert not [c for c in commits if c >= last_end]
+    print(f"PG {version}: {len(delivered)} transactions delivered; last commit ends at {_lsn(last_end)}, "
+          f"confirmed {_lsn(confirmed)} ({confirmed - last_end} bytes beyond)")
