@@ -467,7 +467,9 @@ class Session:
             self._tx = None
             self._count_transaction(tx)
             self.metrics.transactions.labels(OUTCOME_COMMITTED).inc()
-            self.tracker.seal(tx.unit, event.end_lsn)
+            done = self.tracker.seal(tx.unit, event.end_lsn)
+            if done:  # every record was acknowledged before the seal
+                self._completed(done)
         elif isinstance(event, TruncateChange):
             tx = self._tx
             if tx is None:
