@@ -119,9 +119,11 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
         cpu_s_per_million=used.cpu_s / workload.rows * 1e6, peak_rss_mb=used.peak_rss_mb,
         record_bytes=result.bytes / max(1, result.count),
         extra={**system.extra(), "transactions": load.transactions,
+               "main_thread_cpu_s_per_million": used.main_thread_cpu_s / workload.rows * 1e6,
                "loadavg_end": Path("/proc/loadavg").read_text().split()[:3]})
     report.passes.append(passed)
-    log(f"  {passed.rows_per_s:,.0f} rows/s, lag {passed.lag_s:.2f} s, CPU {used.cpu_s:.1f} s, "
+    log(f"  {passed.rows_per_s:,.0f} rows/s, lag {passed.lag_s:.2f} s, CPU {used.cpu_s:.1f} s "
+        f"(main thread {used.main_thread_cpu_s:.1f} s), "
         f"peak RSS {used.peak_rss_mb:.0f} MB")
     if with_anchors:
         recv = anchors.pg_recvlogical(services.bindir, dsn, slot=recv_slot, publication=name, end_lsn=end_lsn,
@@ -139,7 +141,8 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
 
 def make_system(key: str, args: argparse.Namespace) -> System:
     if key == "pgbridge":
-        return Pgbridge(source=args.pgbridge_source)
+        extra = dict(item.split("=", 1) for item in args.pgbridge_env)
+        return Pgbridge(source=args.pgbridge_source, extra_env=extra)
     if key == "debezium":
         from debezium.connect import Debezium
 
@@ -163,6 +166,8 @@ def main() -> int:
     parser.add_argument("--pgbridge-source", type=Path, default=None,
                         help="run pgbridge from this checkout's service/ (e.g. a git worktree of an older "
                              "commit, to compare before and after) instead of the installed package")
+    parser.add_argument("--pgbridge-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra PGBRIDGE_* setting for the bridge, e.g. PGBRIDGE_KAFKA__LINGER_MS=20 (repeatable)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="sample pgbridge with py-spy during each pass, collapsed stacks into this directory")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latest.json")

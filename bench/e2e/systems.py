@@ -168,10 +168,12 @@ class Usage:
 
     cpu_s: float
     peak_rss_mb: float
+    main_thread_cpu_s: float
 
 
 def usage(before: ProcSample, after: ProcSample) -> Usage:
-    return Usage(cpu_s=after.cpu_s - before.cpu_s, peak_rss_mb=after.hwm_kb / 1024)
+    return Usage(cpu_s=after.cpu_s - before.cpu_s, peak_rss_mb=after.hwm_kb / 1024,
+                 main_thread_cpu_s=after.main_thread_cpu_s - before.main_thread_cpu_s)
 
 
 def sample_or_fail(pid: int) -> ProcSample:
