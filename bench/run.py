@@ -75,7 +75,8 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 
 def run_pass(services: Services, workload: workloads.Workload, system: System, report: RunReport,
-             *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None) -> None:
+             *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None,
+             load_rate: float | None = None) -> None:
     name = f"{workload.name}_{system.key}"
     log(f"{workload.name}: {system.label} pass, {workload.rows:,} rows")
     dsn = fresh_database(services, name, workload)
@@ -90,7 +91,7 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
         profiler = start_profiler(system.pid, profile_dir / f"{name}.txt") if profile_dir else None
         tail = TopicTail(services.bootstrap, topic, workload.rows,
                          sample_every=max(1, workload.rows // LATENCY_SAMPLES)).start()
-        load = workloads.generate(workload, dsn, TABLE)
+        load = workloads.generate(workload, dsn, TABLE, rate=load_rate)
         log(f"  loaded at {load.rows_per_s:,.0f} rows/s; waiting for Kafka")
         if not tail.wait(timeout=max(300.0, workload.rows / 1000)):
             raise RuntimeError(f"{system.label}: only {tail.result.count:,} of {workload.rows:,} records "
@@ -158,6 +159,8 @@ def main() -> int:
     parser.add_argument("--workloads", default="narrow,bigtx,single,wide,update",
                         help="comma list of narrow, bigtx, single, wide, update")
     parser.add_argument("--systems", default="pgbridge,debezium", help="comma list of pgbridge, debezium")
+    parser.add_argument("--load-rate", type=float, default=None, metavar="ROWS_PER_S",
+                        help="pace the generator (default: as fast as Postgres commits, as in the issue)")
     parser.add_argument("--no-anchors", action="store_true", help="skip pg_recvlogical and the raw producer")
     parser.add_argument("--debezium-defaults", action="store_true",
                         help="Kafka Connect's default producer settings instead of the tuned ones")
@@ -188,7 +191,8 @@ def main() -> int:
             for system in systems:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"
                                                                            and not args.no_anchors),
-                         log_dir=log_dir, profile_dir=args.profile if system.key == "pgbridge" else None)
+                         log_dir=log_dir, profile_dir=args.profile if system.key == "pgbridge" else None,
+                         load_rate=args.load_rate)
     report.machine["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     report.save(args.json)
     print(report.table())
