@@ -12,9 +12,13 @@ from pgbridge.embedded.postgres import PgCluster, start_cluster
 
 PG_VERSION = 15
 
-# On top of pgbridge.embedded's defaults (wal_level=logical, fsync off, synchronous_commit off):
-# room for a million-row run's WAL without a checkpoint storm, and room for several slots.
+# On top of pgbridge.embedded's defaults (wal_level=logical, fsync off): room for a million-row
+# run's WAL without a checkpoint storm, and room for several slots. synchronous_commit goes back
+# on: with it off, a walsender only sees a commit once the WAL writer flushes it (up to 3 x
+# wal_writer_delay = 600 ms later), which would be measured as the bridge's latency. fsync stays
+# off, so a commit's flush is a write() to the page cache.
 PG_SETTINGS = {
+    "synchronous_commit": "on",
     "max_wal_size": "8GB",
     "checkpoint_timeout": "30min",
     "max_replication_slots": "20",
