@@ -363,8 +363,15 @@ class Session:
                     wal_start, wal_end, body = split_xlog(payload)
                     if wal_end > self._received_lsn:
                         self._received_lsn = wal_end
+                    events = 0
                     for event in feed(decode(body), wal_start):
                         handle(event)
+                        events += 1
+                        if events >= HOUSEKEEPING_EVERY:
+                            # A committed streamed/prepared transaction replays here in one go:
+                            # keep serving delivery reports and the walsender's timeout.
+                            events = 0
+                            self._housekeeping(reply_requested=False)
                     frames += 1
                 else:
                     frame = parse_copy_message(payload)
