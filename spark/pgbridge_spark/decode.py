@@ -61,7 +61,8 @@ def schema_id_of(data: bytes) -> tuple[str, int]:
     if data[:1] == b"\x00" and len(data) >= 5:
         (schema_id,) = struct.unpack_from(">I", data, 1)
         return str(schema_id), 5
-    raise DecodeError("record is neither Avro single-object encoding (C3 01) nor Confluent wire format (00)")
+    raise DecodeError("record is neither Avro single-object encoding (C3 01) nor Confluent wire format (00): "
+                      f"starts with {bytes(data[:10]).hex()}")
 
 
 def header_schema_id(header: bytes | None) -> str | None:

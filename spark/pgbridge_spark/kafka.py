@@ -21,7 +21,6 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-RESERVED_SUFFIXES: Final = ("_schemas", "messages", "transactions")
 _TOPIC_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -31,9 +30,12 @@ def topic_name(*parts: str) -> str:
 
 
 def table_topic_pattern(prefix: str) -> str:
-    """Regex (Java and Python) of every table topic of ``prefix``: not _schemas/messages/transactions."""
-    reserved = "|".join(RESERVED_SUFFIXES)
-    return rf"{re.escape(prefix)}\.(?!(?:{reserved})$).+"
+    """Regex (Java and Python) of every table topic of ``prefix``: ``{prefix}.{schema}.{table}``.
+
+    pgbridge's own topics (``messages``, ``transactions``, ``_schemas``, ``_snapshot``) have one
+    part after the prefix, table topics at least two.
+    """
+    return rf"{re.escape(prefix)}\.[^.]+\..+"
 
 
 def consumer_config(bootstrap: str, options: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -188,8 +188,29 @@ def _fields_of(struct: str, row_type: StructType) -> list[Column]:
     return [F.col(struct).getField(f.name).alias(f.name) for f in row_type.fields]
 
 
+Position = tuple[int, int]
+
+
+def _reset_dropped(entries: DataFrame, row_type: StructType, resets: Mapping[str, Position]) -> DataFrame:
+    """Null column ``c`` in entries positioned before ``resets[c]``: a writer schema without ``c``
+    was in use there, so ``c`` was dropped after them (and maybe added again since)."""
+    if not resets:
+        return entries
+    columns = []
+    for f in row_type.fields:
+        if f.name in resets:
+            lsn, order = resets[f.name]
+            before = (F.col("commit_lsn") < lsn) | ((F.col("commit_lsn") == lsn) & (F.col("total_order") < order))
+            columns.append(F.when(before, F.lit(None).cast(f.dataType)).otherwise(F.col(f"`{f.name}`")).alias(f.name))
+        else:
+            columns.append(F.col(f"`{f.name}`"))
+    others = [F.col(c) for c in entries.columns if c not in {f.name for f in row_type.fields}]
+    return entries.select(*columns, *others)
+
+
 def merge_keyed(existing: DataFrame, changes: DataFrame, row_type: StructType, key_fields: Sequence[str],
-                truncate: tuple[int, int] | None, with_toast: bool) -> DataFrame:
+                truncate: tuple[int, int] | None, with_toast: bool,
+                resets: Mapping[str, Position] | None = None) -> DataFrame:
     """The table after ``changes``: per key the entry at the highest position wins, a delete
     removes the key, a truncate drops everything positioned before it.
 
@@ -209,7 +230,7 @@ def merge_keyed(existing: DataFrame, changes: DataFrame, row_type: StructType, k
     current = existing.select(*[F.col(f"`{n}`") for n in names], F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
                               F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(False).alias("_deleted"),
                               F.lit(0).alias("_rank"), no_toast.alias("_toast"))
-    entries = current.unionByName(upserts).unionByName(deletes)
+    entries = _reset_dropped(current.unionByName(upserts), row_type, resets or {}).unionByName(deletes)
     if truncate is not None:
         lsn, order = truncate
         entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
@@ -230,7 +251,7 @@ def merge_keyed(existing: DataFrame, changes: DataFrame, row_type: StructType, k
 
 
 def merge_keyless(existing: DataFrame, changes: DataFrame, row_type: StructType,
-                  truncate: tuple[int, int] | None) -> DataFrame:
+                  truncate: tuple[int, int] | None, resets: Mapping[str, Position] | None = None) -> DataFrame:
     """A table without key columns (REPLICA IDENTITY FULL) as a multiset of rows: inserts add a
     row, deletes remove one equal to ``before``, updates do both. Counting commutes, so only the
     truncate needs positions."""
@@ -241,7 +262,8 @@ def merge_keyless(existing: DataFrame, changes: DataFrame, row_type: StructType,
         *_fields_of("before", row_type), "commit_lsn", "total_order", F.lit(-1).alias("_n"))
     current = existing.select(*[F.col(f"`{n}`") for n in names], F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
                               F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(1).alias("_n"))
-    entries = current.unionByName(adds).unionByName(removes)
+    entries = _reset_dropped(current.unionByName(adds), row_type, resets or {}).unionByName(
+        _reset_dropped(removes, row_type, resets or {}))
     if truncate is not None:
         lsn, order = truncate
         entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
@@ -282,6 +304,7 @@ class MirrorJob:
             load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.kafka_options),
             registry_url=config.schema_registry_url)
         self._key_ids: dict[str, str] = {}
+        self._texts: Mapping[str, str] = {}
 
     # -- the query -------------------------------------------------------------------------------
 
@@ -293,8 +316,8 @@ class MirrorJob:
         pattern = None
         if not topics:
             pattern = table_topic_pattern(config.prefix)
-            if not config.consistent:
-                pattern = rf"(?!{_escape(config.transactions_topic)}$){pattern}"
+            if config.consistent:
+                pattern = rf"{_escape(config.transactions_topic)}|{pattern}"
         return kafka_stream(self.spark, config.bootstrap_servers, topics=topics, pattern=pattern,
                             source=config.source, max_offsets_per_trigger=config.max_offsets_per_trigger,
                             kafka_options=config.kafka_options)
@@ -348,24 +371,26 @@ class MirrorJob:
                 table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
         applied: dict[str, str] = {}
         count = 0
+        self._texts = texts
         for i, table in enumerate(tables):
-            newest = self._newest_schema(table)
+            positions = self._schema_positions(table)
+            newest = max(positions, key=lambda k: positions[k]) if positions else None
             if newest is not None and newest != table.schema_id:
                 table.cached.unpersist()
                 rows = [{"_": {"offset": 0, "partition": 0}, "vh": None, "kh": None}]
                 table = tables[i] = self._table_batch(raw, table.topic, rows, texts, schema_id=newest)
                 if cut is not None:
                     table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
-            n = self._apply(table, batch_id)
+            n = self._apply(table, batch_id, self._resets(table, positions))
             if n:
                 applied[table.name] = str(table.directory)
                 count += n
         if config.consistent:
             assert cut is not None
             self._keep_pending(raw, tables, cut, boundaries, pending_dir)
+            write_atomically(self.output / CONTROL_DIR / "consistent.json", ConsistentProgress(cut).to_json())
         for table in tables:
             table.cached.unpersist()
-            write_atomically(self.output / CONTROL_DIR / "consistent.json", ConsistentProgress(cut).to_json())
         if self.on_batch is not None:
             self.on_batch(batch_id, BatchResult(batch_id, cut, applied, count))
 
@@ -396,12 +421,25 @@ class MirrorJob:
                    .unionByName(fresh.where("transaction IS NULL"))).persist()
         return _TableBatch(topic, name, directory, progress, row_type, key_type, schema_id, changes, changes)
 
-    def _newest_schema(self, table: _TableBatch) -> str | None:
-        """Writer schema of the applied change with the highest position (a re-published old
-        change may be the newest *record* of the batch, but not the newest change)."""
+    @staticmethod
+    def _schema_positions(table: _TableBatch) -> dict[str, Position]:
+        """Highest position of the applied changes per writer schema. The newest decides the
+        mirror's columns (a re-published old change may be the newest *record* of the batch, but
+        not the newest change)."""
         rows = (table.changes.groupBy("schema_id").agg(F.max(F.struct("commit_lsn", "total_order")).alias("p"))
                 .collect())
-        return max(rows, key=lambda r: (r["p"]["commit_lsn"], r["p"]["total_order"]))["schema_id"] if rows else None
+        return {r["schema_id"]: (r["p"]["commit_lsn"], r["p"]["total_order"]) for r in rows}
+
+    def _resets(self, table: _TableBatch, positions: Mapping[str, Position]) -> dict[str, Position]:
+        """Per mirrored column, the highest position written by a schema without it (see
+        ``_reset_dropped``)."""
+        resets: dict[str, Position] = {}
+        for schema_id, position in positions.items():
+            present = {f.name for f in EnvelopeSchema.parse(self._texts[schema_id]).row_type.fields}
+            for f in table.row_type.fields:
+                if f.name not in present and position > resets.get(f.name, (-1, -1)):
+                    resets[f.name] = position
+        return resets
 
     def _cut(self, raw: DataFrame, tables: list[_TableBatch], texts: Mapping[str, str],
              consistent: ConsistentProgress) -> tuple[int, list[tuple[int, int, int]]]:
@@ -436,7 +474,7 @@ class MirrorJob:
         kept.select("key", "value", "topic", "partition", "offset").write.mode("overwrite").parquet(str(staging))
         swap_in(staging, pending_dir)
 
-    def _apply(self, table: _TableBatch, batch_id: int) -> int:
+    def _apply(self, table: _TableBatch, batch_id: int, resets: Mapping[str, Position]) -> int:
         stats = (table.changes.groupBy("partition")
                  .agg(F.count(F.lit(1)).alias("n"),
                       F.max(F.struct("commit_lsn", "total_order")).alias("top"),
@@ -458,7 +496,7 @@ class MirrorJob:
             swap_in(staging, table.directory / f"batch_id={batch_id}")
         else:
             staging = self.output / f".staging-{table.name}-{batch_id}"
-            self._write_mirror(table, truncate, any(r["toast"] > 0 for r in stats), staging)
+            self._write_mirror(table, truncate, any(r["toast"] > 0 for r in stats), resets, staging)
         progress.advance(partition_max, truncate)
         progress.row_type = table.row_type.json()
         progress.key_fields = [f.name for f in table.key_type.fields] if table.key_type else []
@@ -470,8 +508,8 @@ class MirrorJob:
             swap_in(staging, table.directory)
         return count
 
-    def _write_mirror(self, table: _TableBatch, truncate: tuple[int, int] | None, with_toast: bool,
-                      staging: Path) -> None:
+    def _write_mirror(self, table: _TableBatch, truncate: Position | None, with_toast: bool,
+                      resets: Mapping[str, Position], staging: Path) -> None:
         progress = table.progress
         stored = StructType.fromJson(json.loads(progress.row_type)) if progress.row_type else None
         if stored is not None and table.directory.exists():
@@ -481,9 +519,10 @@ class MirrorJob:
         existing = existing.select(*_project(existing, stored, table.row_type), COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN)
         if table.key_type is not None:
             key_fields = [f.name for f in table.key_type.fields]
-            merged = merge_keyed(existing, table.changes, table.row_type, key_fields, truncate, with_toast)
+            merged = merge_keyed(existing, table.changes, table.row_type, key_fields, truncate, with_toast,
+                                 resets)
         else:
-            merged = merge_keyless(existing, table.changes, table.row_type, truncate)
+            merged = merge_keyless(existing, table.changes, table.row_type, truncate, resets)
         merged.write.mode("overwrite").parquet(str(staging))
 
 

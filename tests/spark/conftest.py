@@ -1,0 +1,39 @@
+"""Spark fixtures: one local[2] SparkSession for the whole test session, and the ``spark`` marker.
+
+Spark tests are few and focused (2 shared cores): each end-to-end test runs the real chain —
+Postgres → ``python -m pgbridge run`` → broker → mirror job → Parquet — on Postgres 18 only; the
+bridge's behaviour on 15 is covered by tests/integration.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: runs a Spark job on local[2] (needs Java 17 and pgbridge[spark])")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import pgbridge_spark
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("pgbridge-tests")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.streaming.minBatchesToRetain", "5")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

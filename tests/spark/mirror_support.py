@@ -1,0 +1,78 @@
+"""Helpers of the Spark end-to-end tests: run the bridge, compare a mirror with its source table."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+
+from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+
+def wait_published(dsn: str, slot: str, timeout: float = 90.0) -> None:
+    """Wait until the bridge confirmed everything written so far (so it is all in Kafka)."""
+    target = current_wal_lsn(dsn)
+    wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) >= target, timeout=timeout,
+               message=f"bridge to confirm LSN {target}")
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, list):
+        return tuple(_normal(v) for v in value)
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.timestamp()
+    if isinstance(value, Decimal):
+        return value.normalize()
+    return value
+
+
+def _json_text(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.dumps(json.loads(value), sort_keys=True)
+        except ValueError:
+            return value
+    return value
+
+
+COMPANION_SUFFIX = "__text"
+
+
+def mirror_rows(directory: Path) -> tuple[list[str], Counter[tuple[Any, ...]]]:
+    """Columns and the multiset of rows of a mirrored table, without the ``_pgbridge_`` positions
+    and the ``{column}__text`` companions (asserted null: every test value has its typed form)."""
+    table = pq.read_table(directory)
+    names = set(table.column_names)
+    companions = [c for c in table.column_names
+                  if c.endswith(COMPANION_SUFFIX) and c[:-len(COMPANION_SUFFIX)] in names]
+    columns = [c for c in table.column_names if not c.startswith("_pgbridge_") and c not in companions]
+    rows = table.to_pylist()
+    for companion in companions:
+        assert all(row[companion] is None for row in rows), f"{directory.name}.{companion} is not all null"
+    return columns, Counter(tuple(_json_text(_normal(row[c])) for c in columns) for row in rows)
+
+
+def source_rows(dsn: str, table: str) -> tuple[list[str], Counter[tuple[Any, ...]]]:
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {table}")
+        columns = [d.name for d in cur.description or []]
+        rows = Counter(tuple(_normal(v) for v in row) for row in cur.fetchall())
+    return columns, rows
+
+
+def assert_mirrored(dsn: str, output: Path, table: str) -> None:
+    """The mirror of ``schema.table`` has the source's columns and exactly its rows."""
+    expected_columns, expected = source_rows(dsn, table)
+    columns, rows = mirror_rows(output / table)
+    assert columns == expected_columns, f"{table}: columns {columns} != {expected_columns}"
+    missing, extra = expected - rows, rows - expected
+    assert not missing and not extra, f"{table}: missing {list(missing)[:5]}, unexpected {list(extra)[:5]}"
