@@ -85,6 +85,10 @@ SHUTDOWN_FLUSH_S: Final = 30.0
 # Housekeeping (delivery callbacks, feedback, failure checks) at least every this many frames.
 HOUSEKEEPING_EVERY: Final = 512
 BACKOFF_INITIAL_S: Final = 0.5
+# While Kafka is reported unreachable and nothing is being delivered, ask a broker for metadata this
+# often (bounded wait) so /readyz recovers without traffic.
+KAFKA_PROBE_INTERVAL_S: Final = 2.0
+KAFKA_PROBE_TIMEOUT_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 
 
@@ -230,6 +234,7 @@ class Session:
         self.monitor: SlotMonitor | None = None
         self._event_bytes: dict[str, object] = {}
         self._next_heartbeat_at = time.monotonic() + settings.postgres.heartbeat_interval_s
+        self._next_kafka_probe_at = 0.0
 
     # -- set-up ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -386,6 +391,10 @@ class Session:
         publisher = self.publisher
         publisher.poll(0)
         publisher.raise_if_failed()
+        if not publisher.kafka_ok and time.monotonic() >= self._next_kafka_probe_at:
+            # kafka_ok turns True on a delivery; with nothing to deliver, ask a broker directly
+            self._next_kafka_probe_at = time.monotonic() + KAFKA_PROBE_INTERVAL_S
+            publisher.probe(KAFKA_PROBE_TIMEOUT_S)
         self.health.kafka_ok = publisher.kafka_ok
         assembler = self.assembler
         idle = assembler.is_idle() and self._tx is None

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.ack.tracker import AckTracker, PublishSlot
@@ -193,6 +193,15 @@ class KafkaPublisher:
         if outcome[0] is not None:
             self._record_failure(outcome[0])
             self.raise_if_failed()
+
+    def probe(self, timeout_s: float) -> bool:
+        """Whether a broker answers a metadata request: readiness comes back without traffic."""
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        self.kafka_ok = True
+        return True
 
     def poll(self, timeout: float = 0.0) -> int:
         return int(self._producer.poll(timeout))
