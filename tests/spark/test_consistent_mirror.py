@@ -1,0 +1,119 @@
+"""Transaction-consistent mirrors: after every micro-batch the mirrored tables together show a
+state Postgres had. Transfers move amounts between rows of two tables in single transactions, so
+the total over both is constant in Postgres; micro-batches are cut small (maxOffsetsPerTrigger)
+so they end in the middle of transactions; after each one the mirrored total is the constant.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
+
+from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.support.bridge import BridgeProcess, bridge_env
+from tests.support.broker import Broker
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration,
+              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+
+ACCOUNTS = 20
+TOTAL = Decimal("20000.00")
+
+
+def transfers(dsn: str, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(count):
+            amount = Decimal(rng.randint(1, 5000)) / 100
+            with conn.transaction():
+                # from one table to the other, touching a third row now and then
+                source, target = rng.sample(["checking", "savings"], 2)
+                conn.execute(f"UPDATE {source} SET amount = amount - %s WHERE id = %s",
+                             (amount, rng.randrange(ACCOUNTS)))
+                conn.execute(f"UPDATE {target} SET amount = amount + %s WHERE id = %s",
+                             (amount, rng.randrange(ACCOUNTS)))
+                if rng.random() < 0.2:
+                    moved = rng.randrange(ACCOUNTS)
+                    conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = %s", (moved,))
+                    conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = %s", (moved,))
+
+
+def mirrored_total(output: Path) -> tuple[Decimal, int]:
+    total, rows = Decimal(0), 0
+    for table in ("public.checking", "public.savings"):
+        if (output / table).exists():
+            values = pq.read_table(output / table, columns=["amount"]).column("amount").to_pylist()
+            total += sum(values, Decimal(0))
+            rows += len(values)
+    return total, rows
+
+
+def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, kafka_broker: Broker,
+                                                   topic_prefix: str, tmp_path: Path) -> None:
+    # given
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE checking (id int PRIMARY KEY, amount numeric(14,2) NOT NULL)")
+        conn.execute("CREATE TABLE savings (id int PRIMARY KEY, amount numeric(14,2) NOT NULL)")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.checking,public.savings",
+                            "PGBRIDGE_SNAPSHOT__MODE": "never"})
+    output = tmp_path / "mirror"
+    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+                          checkpoint=str(tmp_path / "checkpoint"), source="python", consistent=True,
+                          max_offsets_per_trigger=37, trigger_seconds=0.5)
+    observed: list[tuple[int, int | None, Decimal, int]] = []
+
+    def check(batch_id: int, result: BatchResult) -> None:
+        total, rows = mirrored_total(output)
+        observed.append((batch_id, result.cut, total, rows))
+
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
+                   message=f"slot never created: {bridge.log()}")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
+            half = TOTAL / 2 / ACCOUNTS
+            for table in ("checking", "savings"):
+                conn.execute(f"INSERT INTO {table} SELECT g, %s FROM generate_series(0, {ACCOUNTS - 1}) g", (half,))
+        # when: transfers run while the job mirrors in small micro-batches
+        query = MirrorJob(spark, config, on_batch=check).start()
+        try:
+            writers = [threading.Thread(target=transfers, args=(pg_dsn, 40, seed)) for seed in (1, 2)]
+            for writer in writers:
+                writer.start()
+            for writer in writers:
+                writer.join()
+            with psycopg.connect(pg_dsn) as conn:
+                row = conn.execute("SELECT (SELECT sum(amount) FROM checking) + (SELECT sum(amount) FROM savings)"
+                                   ).fetchone()
+            assert row is not None and row[0] == TOTAL
+            wait_published(pg_dsn, topic_prefix)
+            wait_until(lambda: _caught_up(pg_dsn, output), timeout=240, message="mirror to catch up")
+        finally:
+            query.stop()
+        assert bridge.terminate() == 0, bridge.log()
+    # then: every micro-batch left either nothing or a state with the constant total
+    assert len(observed) >= 5, observed
+    assert any(cut is not None and rows for _, cut, _, rows in observed)
+    bad = [o for o in observed if o[3] and o[2] != TOTAL]
+    assert not bad, f"micro-batches showing half a transaction: {bad[:5]}"
+    cuts = [cut or 0 for _, cut, _, _ in observed]
+    assert cuts == sorted(cuts)
+
+
+def _caught_up(dsn: str, output: Path) -> bool:
+    try:
+        for table in ("public.checking", "public.savings"):
+            assert_mirrored(dsn, output, table)
+    except (AssertionError, OSError):
+        return False
+    return True
