@@ -24,7 +24,9 @@ def _assert_replays(dsn: str, broker: Broker, prefix: str, table: str) -> int:
     events = read_events(broker.bootstrap, f"{prefix}.{table}", prefix, min_count=1, timeout=300, idle=3.0)
     got, want = replay(events), table_state(dsn, table, ("id",))
     assert not diff_states(got, want), diff_states(got, want)
-    return sum(1 for e in events if e.value is not None and e.value["op"] == "r")
+    reads = [e.key["id"] for e in events if e.value is not None and e.value["op"] == "r"]
+    assert len(reads) == len(set(reads)), "each row is read at most once"
+    return len(reads)
 
 
 def _wait_done(bridge: BridgeProcess, table: str, timeout: float = 300) -> None:

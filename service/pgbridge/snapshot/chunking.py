@@ -187,9 +187,11 @@ def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation,
     if boundaries:
         key_list = sql.SQL(", ").join(sql.Identifier(c) for c in key_columns)
         text_list = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in key_columns)
+        # Ordered by the row number, not by the key columns: in the outer query those names are
+        # their text casts, which sort differently (10 < 9).
         query = sql.SQL("SELECT {} FROM (SELECT {}, row_number() OVER (ORDER BY {}) AS pgbridge_rn FROM {}) s"
-                        " WHERE pgbridge_rn % {} = 0 ORDER BY {}").format(
-            text_list, key_list, key_list, ident, sql.Literal(chunk_rows), key_list)
+                        " WHERE pgbridge_rn % {} = 0 ORDER BY pgbridge_rn").format(
+            text_list, key_list, key_list, ident, sql.Literal(chunk_rows))
         found = [tuple(str(value) for value in r) for r in conn.execute(query).fetchall()]
     return TablePlan(relation.namespace, relation.name, CHUNK_BY_KEY, key_columns, types, estimate,
                      key_chunks(table, found))
