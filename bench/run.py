@@ -144,6 +144,10 @@ def make_system(key: str, args: argparse.Namespace) -> System:
     if key == "pgbridge":
         extra = dict(item.split("=", 1) for item in args.pgbridge_env)
         return Pgbridge(source=args.pgbridge_source, extra_env=extra)
+    if key == "baseline":
+        if args.baseline_source is None:
+            raise SystemExit("--systems baseline needs --baseline-source")
+        return Pgbridge(source=args.baseline_source, key="baseline")
     if key == "debezium":
         from debezium.connect import Debezium
 
@@ -158,7 +162,8 @@ def main() -> int:
                         help="rows of the narrow workload; the others scale with it (default 1,000,000)")
     parser.add_argument("--workloads", default="narrow,bigtx,single,wide,update",
                         help="comma list of narrow, bigtx, single, wide, update")
-    parser.add_argument("--systems", default="pgbridge,debezium", help="comma list of pgbridge, debezium")
+    parser.add_argument("--systems", default="pgbridge,debezium",
+                        help="comma list of pgbridge, debezium, baseline (see --baseline-source)")
     parser.add_argument("--load-rate", type=float, default=None, metavar="ROWS_PER_S",
                         help="pace the generator (default: as fast as Postgres commits, as in the issue)")
     parser.add_argument("--no-anchors", action="store_true", help="skip pg_recvlogical and the raw producer")
@@ -169,6 +174,9 @@ def main() -> int:
     parser.add_argument("--pgbridge-source", type=Path, default=None,
                         help="run pgbridge from this checkout's service/ (e.g. a git worktree of an older "
                              "commit, to compare before and after) instead of the installed package")
+    parser.add_argument("--baseline-source", type=Path, default=None,
+                        help="with --systems ...,baseline: a second pgbridge run from this checkout in the same "
+                             "run, e.g. git worktree add /tmp/before <commit>")
     parser.add_argument("--pgbridge-env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra PGBRIDGE_* setting for the bridge, e.g. PGBRIDGE_KAFKA__LINGER_MS=20 (repeatable)")
     parser.add_argument("--profile", type=Path, default=None,
@@ -191,7 +199,7 @@ def main() -> int:
             for system in systems:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"
                                                                            and not args.no_anchors),
-                         log_dir=log_dir, profile_dir=args.profile if system.key == "pgbridge" else None,
+                         log_dir=log_dir, profile_dir=args.profile if system.key in ("pgbridge", "baseline") else None,
                          load_rate=args.load_rate)
     report.machine["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     report.save(args.json)

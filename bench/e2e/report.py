@@ -62,6 +62,8 @@ class RunReport:
                 ratios = []
                 if p.system != "debezium" and "debezium" in passes:
                     ratios.append(f"{p.rows_per_s / passes['debezium'].rows_per_s:.2f}x Debezium")
+                if p.system == "pgbridge" and "baseline" in passes:
+                    ratios.append(f"{p.rows_per_s / passes['baseline'].rows_per_s:.2f}x baseline")
                 if "pg_recvlogical" in anchors:
                     ratios.append(f"{100 * p.rows_per_s / anchors['pg_recvlogical'].rows_per_s:.0f}% of pg_recvlogical")
                 if "raw producer" in anchors:

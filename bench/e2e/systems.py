@@ -70,7 +70,10 @@ class Pgbridge:
     key = "pgbridge"
     label = "pgbridge"
 
-    def __init__(self, extra_env: dict[str, str] | None = None, source: Path | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, source: Path | None = None, *,
+                 key: str = "pgbridge") -> None:
+        self.key = key
+        self.label = key
         self.extra_env = extra_env or {}
         self.source = source  # a checkout whose service/ is run instead of the installed pgbridge
         self.process: subprocess.Popen[bytes] | None = None
