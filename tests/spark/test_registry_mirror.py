@@ -1,0 +1,60 @@
+"""The mirror reads Confluent wire format too: pgbridge with a Schema Registry → consistent mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+
+from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.support.bridge import BridgeProcess, bridge_env
+from tests.support.broker import Broker
+from tests.support.kafka import list_topics
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.registry_double import RegistryDouble
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration,
+              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+
+
+def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, kafka_broker: Broker,
+                                                     topic_prefix: str, tmp_path: Path) -> None:
+    # given
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v int, note text, at timestamptz)")
+        conn.execute("CREATE TABLE log (line text)")
+        conn.execute("ALTER TABLE log REPLICA IDENTITY FULL")
+    output = tmp_path / "mirror"
+    with RegistryDouble() as registry:
+        env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                         extra={"PGBRIDGE_POSTGRES__TABLES": "public.items,public.log",
+                                "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url})
+        with BridgeProcess(env).start() as bridge:
+            wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
+                       message=f"slot never created: {bridge.log()}")
+            # when
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO items SELECT g, g, 'n' || g, now() FROM generate_series(1, 300) g")
+                conn.execute("INSERT INTO log VALUES ('a'), ('b'), ('a')")
+                with conn.transaction():
+                    conn.execute("UPDATE items SET v = v * 10 WHERE id % 2 = 0")
+                    conn.execute("DELETE FROM items WHERE id % 7 = 0")
+                    conn.execute("DELETE FROM log WHERE line = 'b'")
+                conn.execute("ALTER TABLE items ADD COLUMN extra numeric(6,2)")
+                conn.execute("UPDATE items SET extra = 1.25 WHERE id < 10")
+            wait_published(pg_dsn, topic_prefix)
+            config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+                                  checkpoint=str(tmp_path / "checkpoint"), source="python", consistent=True,
+                                  schema_registry_url=registry.url, max_offsets_per_trigger=2000)
+            query = MirrorJob(spark, config).start(available_now=True)
+            query.awaitTermination(300)
+            assert query.exception() is None, query.exception()
+            assert bridge.terminate() == 0, bridge.log()
+    # then
+    assert f"{topic_prefix}._schemas" not in list_topics(kafka_broker.bootstrap)
+    assert_mirrored(pg_dsn, output, "public.items")
+    assert_mirrored(pg_dsn, output, "public.log")
