@@ -373,7 +373,8 @@ class MirrorJob:
         count = 0
         self._texts = texts
         for i, table in enumerate(tables):
-            positions = self._schema_positions(table)
+            stats = self._stats(table)
+            positions = self._schema_positions(stats)
             newest = max(positions, key=lambda k: positions[k]) if positions else None
             if newest is not None and newest != table.schema_id:
                 table.cached.unpersist()
@@ -381,7 +382,8 @@ class MirrorJob:
                 table = tables[i] = self._table_batch(raw, table.topic, rows, texts, schema_id=newest)
                 if cut is not None:
                     table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
-            n = self._apply(table, batch_id, self._resets(table, positions))
+                stats = self._stats(table)
+            n = self._apply(table, batch_id, stats, self._resets(table, positions))
             if n:
                 applied[table.name] = str(table.directory)
                 count += n
@@ -422,13 +424,26 @@ class MirrorJob:
         return _TableBatch(topic, name, directory, progress, row_type, key_type, schema_id, changes, changes)
 
     @staticmethod
-    def _schema_positions(table: _TableBatch) -> dict[str, Position]:
+    def _stats(table: _TableBatch) -> list[Any]:
+        """One aggregation per table and batch: per (partition, writer schema) the count, the
+        highest position, the highest truncate and whether TOAST values were left out."""
+        return (table.changes.groupBy("partition", "schema_id")
+                .agg(F.count(F.lit(1)).alias("n"),
+                     F.max(F.struct("commit_lsn", "total_order")).alias("top"),
+                     F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "total_order"))).alias("truncate"),
+                     F.max(F.size("unchanged_toast_columns")).alias("toast"))
+                .collect())
+
+    @staticmethod
+    def _schema_positions(stats: list[Any]) -> dict[str, Position]:
         """Highest position of the applied changes per writer schema. The newest decides the
         mirror's columns (a re-published old change may be the newest *record* of the batch, but
         not the newest change)."""
-        rows = (table.changes.groupBy("schema_id").agg(F.max(F.struct("commit_lsn", "total_order")).alias("p"))
-                .collect())
-        return {r["schema_id"]: (r["p"]["commit_lsn"], r["p"]["total_order"]) for r in rows}
+        out: dict[str, Position] = {}
+        for r in stats:
+            position = (r["top"]["commit_lsn"], r["top"]["total_order"])
+            out[r["schema_id"]] = max(position, out.get(r["schema_id"], position))
+        return out
 
     def _resets(self, table: _TableBatch, positions: Mapping[str, Position]) -> dict[str, Position]:
         """Per mirrored column, the highest position written by a schema without it (see
@@ -474,17 +489,14 @@ class MirrorJob:
         kept.select("key", "value", "topic", "partition", "offset").write.mode("overwrite").parquet(str(staging))
         swap_in(staging, pending_dir)
 
-    def _apply(self, table: _TableBatch, batch_id: int, resets: Mapping[str, Position]) -> int:
-        stats = (table.changes.groupBy("partition")
-                 .agg(F.count(F.lit(1)).alias("n"),
-                      F.max(F.struct("commit_lsn", "total_order")).alias("top"),
-                      F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "total_order"))).alias("truncate"),
-                      F.max(F.size("unchanged_toast_columns")).alias("toast"))
-                 .collect())
+    def _apply(self, table: _TableBatch, batch_id: int, stats: list[Any], resets: Mapping[str, Position]) -> int:
         count = sum(r["n"] for r in stats)
         if not count:
             return 0
-        partition_max = {r["partition"]: (r["top"]["commit_lsn"], r["top"]["total_order"]) for r in stats}
+        partition_max: dict[int, Position] = {}
+        for r in stats:
+            position = (r["top"]["commit_lsn"], r["top"]["total_order"])
+            partition_max[r["partition"]] = max(position, partition_max.get(r["partition"], position))
         truncates = [(r["truncate"]["commit_lsn"], r["truncate"]["total_order"]) for r in stats if r["truncate"]]
         truncate = max(truncates) if truncates else None
         progress = table.progress

@@ -1,0 +1,152 @@
+"""Commit → mirror latency: how long after a Postgres COMMIT its row is in the Spark mirror.
+
+Starts a throwaway Postgres 18 and a Tansu broker (``pgbridge.embedded``), runs
+``python -m pgbridge run`` as a child process and the mirror job (``pgbridge_spark.mirror``) on
+``local[2]`` with the Python Kafka source in this process, then commits one probe row at a time
+(with a steady background load of small transactions) and, after every micro-batch, reads the
+mirrored Parquet table to see which probes arrived. Latency = time the batch finished minus time the
+COMMIT returned, both on this machine's monotonic clock.
+
+    .venv/bin/python bench/spark_latency.py [--probes 30] [--interval 1.0] [--trigger 0.5] [--consistent]
+
+Prints one JSON object: percentiles of commit→mirror latency and of micro-batch duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+
+from pgbridge.embedded.broker import start_broker
+from pgbridge.embedded.postgres import start_cluster
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--probes", type=int, default=30)
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between probe commits")
+    parser.add_argument("--trigger", type=float, default=0.5, help="micro-batch trigger interval, seconds")
+    parser.add_argument("--consistent", action="store_true", help="transaction-consistent mode")
+    args = parser.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
+    from pyspark.sql import SparkSession
+
+    work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-bench-"))
+    cluster = start_cluster(18)
+    broker = start_broker()
+    bridge = None
+    query = None
+    try:
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE probe (id int PRIMARY KEY, note text)")
+            conn.execute("CREATE TABLE load (id int PRIMARY KEY, n int)")
+            conn.execute("INSERT INTO load SELECT g, 0 FROM generate_series(1, 100) g")
+        prefix = "bench"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
+        env.update({"PGBRIDGE_POSTGRES__DSN": dsn, "PGBRIDGE_POSTGRES__TABLES": "public.probe,public.load",
+                    "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap, "PGBRIDGE_KAFKA__TOPIC_PREFIX": prefix,
+                    "PGBRIDGE_HTTP__PORT": "0", "PGBRIDGE_POSTGRES__STATUS_INTERVAL_S": "0.5",
+                    "PGBRIDGE_BUFFER__SPILL_DIR": str(work / "spill")})
+        bridge = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env,
+                                  stdout=(work / "bridge.log").open("wb"), stderr=subprocess.STDOUT)
+        spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+                 .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+
+        committed: dict[int, float] = {}
+        seen: dict[int, float] = {}
+        batch_seconds: list[float] = []
+        batch_started = [time.monotonic()]
+        output = work / "mirror"
+
+        def on_batch(batch_id: int, result: BatchResult) -> None:
+            now = time.monotonic()
+            batch_seconds.append(now - batch_started[0])
+            batch_started[0] = now
+            if "public.probe" in result.tables:
+                for probe_id in pq.read_table(output / "public.probe", columns=["id"]).column("id").to_pylist():
+                    seen.setdefault(probe_id, now)
+
+        config = MirrorConfig(bootstrap_servers=broker.bootstrap, prefix=prefix, output=str(output),
+                              checkpoint=str(work / "checkpoint"), source="python", consistent=args.consistent,
+                              trigger_seconds=args.trigger)
+        query = MirrorJob(spark, config, on_batch=on_batch).start()
+
+        # warm up: the first row makes topics, schemas and the Spark plan exist
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO probe VALUES (0, 'warm-up')")
+        deadline = time.monotonic() + 180
+        while 0 not in seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if 0 not in seen:
+            raise SystemExit("warm-up row never reached the mirror; see " + str(work / "bridge.log"))
+
+        stop = threading.Event()
+
+        def background() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while not stop.is_set():
+                    conn.execute("UPDATE load SET n = n + 1 WHERE id = (random() * 99)::int + 1")
+                    time.sleep(0.02)
+
+        loader = threading.Thread(target=background, daemon=True)
+        loader.start()
+        batch_seconds.clear()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for probe_id in range(1, args.probes + 1):
+                conn.execute("INSERT INTO probe VALUES (%s, 'probe')", (probe_id,))
+                committed[probe_id] = time.monotonic()
+                time.sleep(args.interval)
+        deadline = time.monotonic() + 120
+        while len(set(committed) - set(seen)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        latencies = [seen[i] - committed[i] for i in committed if i in seen]
+        result: dict[str, Any] = {
+            "probes": args.probes, "arrived": len(latencies), "trigger_s": args.trigger,
+            "consistent": args.consistent, "background_tx_per_s": round(1 / 0.02),
+            "commit_to_mirror_s": {"p50": round(statistics.median(latencies), 3),
+                                   "p95": round(percentile(latencies, 0.95), 3),
+                                   "max": round(max(latencies), 3), "min": round(min(latencies), 3)},
+            "micro_batch_s": {"p50": round(statistics.median(batch_seconds), 3),
+                              "p95": round(percentile(batch_seconds, 0.95), 3), "count": len(batch_seconds)},
+        }
+        print(json.dumps(result, indent=2))
+        return 0
+    finally:
+        if query is not None:
+            query.stop()
+        if bridge is not None:
+            bridge.send_signal(signal.SIGTERM)
+            try:
+                bridge.wait(30)
+            except subprocess.TimeoutExpired:
+                bridge.kill()
+        broker.close()
+        cluster.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
