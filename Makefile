@@ -19,7 +19,7 @@ demo: install
 	$(VENV)/bin/pgbridge demo
 
 lint: install
-	$(VENV)/bin/ruff check service tests bench
+	$(VENV)/bin/ruff check service tests bench spark
 	$(VENV)/bin/mypy
 
 test: lint
