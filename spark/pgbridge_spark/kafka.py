@@ -61,7 +61,7 @@ def partitions_of(consumer: Consumer, *, topics: Iterable[str] = (), pattern: st
     metadata = consumer.list_topics(timeout=timeout)
     wanted = set(topics)
     regex = re.compile(pattern) if pattern else None
-    out = []
+    out: list[tuple[str, int]] = []
     for name, topic in metadata.topics.items():
         if topic.error is not None or not (name in wanted or (regex is not None and regex.fullmatch(name))):
             continue
@@ -90,8 +90,8 @@ def end_offsets(consumer: Consumer, partitions: Iterable[tuple[str, int]], *, fl
             if message.error() is not None:
                 _raise_fatal(message)
                 continue
-            tp = (message.topic(), message.partition())
-            ends[tp] = max(ends[tp], message.offset() + 1)
+            topic, partition, offset = _coordinates(message)
+            ends[(topic, partition)] = max(ends[(topic, partition)], offset + 1)
             last_record = time.monotonic()
     finally:
         consumer.unassign()
@@ -114,7 +114,7 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
         while True:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
-                offset = message.offset()
+                _topic, _partition, offset = _coordinates(message)
                 if offset >= end:
                     return
                 if offset >= start:
@@ -159,6 +159,15 @@ def read_schema_topic(bootstrap: str, prefix: str, options: Mapping[str, str] | 
             out[key.decode() if isinstance(key, bytes) else key] = (
                 value.decode() if isinstance(value, bytes) else value)
     return out
+
+
+def _coordinates(message: Message) -> tuple[str, int, int]:
+    """Topic, partition and offset of a consumed record (set on every record without an error)."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if topic is None or partition is None or offset is None:
+        raise RuntimeError(f"consumed record without coordinates: topic={topic!r} partition={partition!r} "
+                           f"offset={offset!r}")
+    return topic, partition, offset
 
 
 def _raise_fatal(message: Message) -> None:

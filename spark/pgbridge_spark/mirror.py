@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from pgbridge_spark.decode import ChangeDecoder, SchemaCatalog, decode_boundaries, header_schema_id
@@ -490,7 +490,7 @@ class MirrorJob:
         swap_in(staging, pending_dir)
 
     def _apply(self, table: _TableBatch, batch_id: int, stats: list[Any], resets: Mapping[str, Position]) -> int:
-        count = sum(r["n"] for r in stats)
+        count = sum(int(r["n"]) for r in stats)
         if not count:
             return 0
         partition_max: dict[int, Position] = {}

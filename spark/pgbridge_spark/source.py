@@ -212,7 +212,9 @@ class PgbridgeKafkaSource(DataSource):
 def kafka_provider_available(spark: SparkSession) -> bool:
     """True if Spark's own Kafka source is on the classpath (checked through the JVM)."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm = spark._jvm
+        if jvm is None:  # no JVM gateway: Spark's Kafka source cannot be checked, so not usable
+            return False
         jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
         return True
     except Exception:  # Py4J error, or Spark Connect (no JVM access)
