@@ -12,16 +12,15 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-# Stage → a function frame that marks it (``name (file)`` as py-spy writes it, matched by prefix).
+# Stage → a piece of the frame that marks it (py-spy writes ``Class.method (file)``).
 STAGES = {
-    "read (ReplicationStream.read)": "read (pgbridge/source/stream.py",
-    "frame parse": "parse_copy_message (pgbridge/source/frames.py",
-    "decode": "decode (pgbridge/decode/pgoutput.py",
-    "assemble": "feed (pgbridge/assemble/transaction.py",
-    "encode_row": "encode_row (pgbridge/encode/envelope.py",
-    "produce": "produce (pgbridge/publish/producer.py",
-    "delivery callbacks": "on_delivery (pgbridge/publish/producer.py",
-    "housekeeping": "_housekeeping (pgbridge/pipeline.py",
+    "read frames (ReplicationStream)": "ReplicationStream.read",
+    "decode (PgoutputDecoder)": "PgoutputDecoder.decode (",
+    "assemble (TransactionAssembler)": "TransactionAssembler.feed (",
+    "encode (ChangeEncoder.encode_row)": "ChangeEncoder.encode_row (",
+    "produce (librdkafka produce + bookkeeping)": "KafkaPublisher.produce",
+    "delivery callbacks": "on_delivery (",
+    "housekeeping (poll, feedback, metrics)": "Session._housekeeping (",
 }
 
 
@@ -45,7 +44,7 @@ def main() -> None:
             inclusive[frame] += count
         own[frames[-1]] += count
         for stage, marker in STAGES.items():
-            if any(frame.startswith(marker) for frame in frames):
+            if any(marker in frame for frame in frames):
                 stages[stage] += count
     if not total:
         raise SystemExit("no samples inside the streaming loop")
