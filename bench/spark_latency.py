@@ -48,8 +48,9 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
     from pyspark.sql import SparkSession
+
+    from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
 
     work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-bench-"))
     cluster = start_cluster(18)

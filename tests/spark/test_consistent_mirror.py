@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 import pytest
-from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
 
+from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
 from tests.spark.mirror_support import assert_mirrored, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker

@@ -12,11 +12,6 @@ from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
-from pgbridge_spark.decode import ChangeDecoder, DecodeError, SchemaCatalog, conformer, schema_id_of
-from pgbridge_spark.kafka import table_topic_pattern
-from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
-from pgbridge_spark.schemas import EnvelopeSchema, avro_to_spark
-from pgbridge_spark.source import limit_offsets
 from pyspark.sql.types import (
     ArrayType,
     DateType,
@@ -31,6 +26,11 @@ from pyspark.sql.types import (
 )
 
 from pgbridge.encode.wire import confluent_header, fingerprint64, fingerprint_hex, single_object_header
+from pgbridge_spark.decode import ChangeDecoder, DecodeError, SchemaCatalog, conformer, schema_id_of
+from pgbridge_spark.kafka import table_topic_pattern
+from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
+from pgbridge_spark.schemas import EnvelopeSchema, avro_to_spark
+from pgbridge_spark.source import limit_offsets
 
 SOURCE = {"type": "record", "name": "Source", "namespace": "pgbridge", "fields": [
     {"name": n, "type": t} for n, t in (("db", "string"), ("schema", "string"), ("table", "string"),
