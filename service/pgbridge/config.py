@@ -29,6 +29,9 @@ DEFAULT_REGISTRY_TIMEOUT_S: Final = 10.0
 # Records handed to the producer but not yet acknowledged: the backpressure bound. At ~300 bytes a
 # record this caps the producer queue near 30 MiB while keeping enough in flight for throughput.
 DEFAULT_MAX_IN_FLIGHT: Final = 100_000
+# The same bound in bytes, so wide rows cannot grow the producer queue past it: with the 64 MiB
+# transaction buffer this keeps peak RSS of any transaction size near 200 MB.
+DEFAULT_MAX_IN_FLIGHT_BYTES: Final = 32 * 1024 * 1024
 # A record not acknowledged within this time fails the session, which then resumes from the
 # confirmed LSN with a new producer. Short enough that a broker that came back empty (its
 # idempotent-producer state lost) is recovered from in seconds, long enough for leader elections.
@@ -92,6 +95,7 @@ class KafkaConfig(_Section):
     bootstrap_servers: str
     topic_prefix: str = "pgbridge"
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    max_in_flight_bytes: int = Field(default=DEFAULT_MAX_IN_FLIGHT_BYTES, ge=1024 * 1024)
     linger_ms: int = Field(default=5, ge=0)
     delivery_timeout_ms: int = Field(default=DEFAULT_DELIVERY_TIMEOUT_MS, ge=1000)
     topic_partitions: int = Field(default=1, ge=1)

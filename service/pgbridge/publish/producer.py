@@ -48,7 +48,7 @@ def producer_config(config: KafkaConfig) -> dict[str, Any]:
         "linger.ms": config.linger_ms,
         "delivery.timeout.ms": config.delivery_timeout_ms,
         "queue.buffering.max.messages": config.max_in_flight,
-        "queue.buffering.max.kbytes": 1024 * 1024,
+        "queue.buffering.max.kbytes": max(1024, config.max_in_flight_bytes // 1024),
         "batch.num.messages": 10_000,
         # murmur2 keeps key → partition identical to Java clients (Debezium, Kafka Streams).
         "partitioner": "murmur2_random",
