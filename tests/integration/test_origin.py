@@ -1,0 +1,44 @@
+"""Replication origins end to end: ``source.origin`` names the origin; ``postgres.origin=none``
+(PG 16+) skips changes that arrived by replication."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, change_events, read_events
+from tests.support.broker import Broker
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _write(dsn: str, origin_name: str) -> None:
+    """Row 1 as if replicated from ``origin_name`` (a replication origin session), row 2 locally."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_replication_origin_create(%s)", (origin_name,))  # cluster-wide name
+        conn.execute("SELECT pg_replication_origin_session_setup(%s)", (origin_name,))
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.execute("SELECT pg_replication_origin_session_reset()")
+        conn.execute("INSERT INTO t VALUES (2)")
+
+
+@pytest.mark.parametrize("origin", ["any", "none"])
+def test_origin_is_carried_or_filtered(origin: str, pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        version = conn.info.server_version
+    if origin == "none" and version < 160000:
+        pytest.skip("the origin option exists on PG 16+ only")  # the any case still runs on 15
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_POSTGRES__ORIGIN": origin})
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        _write(pg_dsn, f"upstream_{topic_prefix}")
+        events = change_events(read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.t", topic_prefix,
+                                           min_count=1 if origin == "none" else 2, timeout=60))
+        assert bridge.terminate() == 0, bridge.log()
+    got = {e["after"]["id"]: e["source"]["origin"] for e in events}
+    assert got == ({1: f"upstream_{topic_prefix}", 2: None} if origin == "any" else {2: None})
