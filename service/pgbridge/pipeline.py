@@ -121,6 +121,9 @@ def replication_options(settings: Settings, proto_version: int, server_version: 
         options["two_phase"] = "true"
     if server_version >= 160000:
         options["origin"] = pg.origin
+    elif pg.origin == "none":
+        raise FatalError(f"postgres.origin=none needs PostgreSQL 16 or later (server is {server_version // 10000})",
+                         hint="set postgres.origin=any, or filter by source.origin downstream")
     return options
 
 
