@@ -406,7 +406,10 @@ class Session:
         now = time.monotonic()
         if self.stream is not None and self.feedback.due(now, confirm_lsn=confirm,
                                                          reply_requested=reply_requested):
-            self.stream.send_status(confirm)
+            # When nothing is outstanding, ask for a keepalive: a busy walsender sends one on its own
+            # only every wal_sender_timeout/2, and its position is what lets a quiet slot's confirmed
+            # LSN follow a busy server (the heartbeat rule in ack/tracker.py).
+            self.stream.send_status(confirm, reply_requested=idle)
             self.feedback.sent(now, confirm)
             self.identity.sent(confirm)
         metrics = self.metrics

@@ -17,6 +17,7 @@ from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.transactions import (
     consume_topic,
     scrape_metrics,
+    slot_stream_stats,
     streaming_cluster,
     streaming_dsn,
     wait_for_streaming,
@@ -161,11 +162,16 @@ def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the
             ("between", [400_000]),
             ("a", list(range(base["a"] + 1, base["a"] + batch * rounds + 1))),
         ]
-        stats = wait_for_streaming(streaming_dsn, topic_prefix, transactions=3)
+        # the two committed transactions are far above 64kB, so Postgres must have streamed them; the
+        # aborted one may have been discarded before it was ever streamed
+        stats = wait_for_streaming(streaming_dsn, topic_prefix, transactions=2)
         assert stats["stream_count"] > 3, stats  # in several blocks each, interleaved on the wire
         assert bridge.http_port is not None
         metrics = scrape_metrics(bridge.http_port)
         assert metrics["pgbridge_buffered_bytes"] == 0
         assert metrics['pgbridge_transactions_total{outcome="committed"}'] == rounds + 3
-        assert metrics['pgbridge_transactions_total{outcome="aborted"}'] == 1
+        aborted = metrics.get('pgbridge_transactions_total{outcome="aborted"}', 0)
+        assert aborted <= 1
+        if slot_stream_stats(streaming_dsn, topic_prefix)["stream_txns"] >= 3:
+            assert aborted == 1  # Postgres streamed the aborted one too, so its Stream Abort was counted
         assert bridge.terminate() == 0, bridge.log()

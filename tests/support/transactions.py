@@ -59,8 +59,12 @@ def slot_stream_stats(dsn: str, slot: str) -> dict[str, int]:
     return dict(zip(names, (int(v or 0) for v in rows[0]), strict=True)) if rows else dict.fromkeys(names, 0)
 
 
-def wait_for_streaming(dsn: str, slot: str, *, transactions: int, timeout: float = 30.0) -> dict[str, int]:
-    """Wait until Postgres reports at least ``transactions`` streamed transactions on ``slot``."""
+def wait_for_streaming(dsn: str, slot: str, *, transactions: int, timeout: float = 90.0) -> dict[str, int]:
+    """Wait until Postgres reports at least ``transactions`` streamed transactions on ``slot``.
+
+    Slot statistics reach ``pg_stat_replication_slots`` only when the walsender flushes its pending
+    statistics, which a busy machine can delay by many seconds: hence the generous timeout.
+    """
     def streamed() -> dict[str, int]:
         stats = slot_stream_stats(dsn, slot)
         return stats if stats["stream_txns"] >= transactions else {}
