@@ -86,3 +86,12 @@ def wait_for(predicate: Callable[[], T], *, timeout: float, interval: float, wha
         if remaining <= 0:
             raise EmbeddedError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(min(interval, remaining))
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a server's log file, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])

@@ -32,6 +32,7 @@ from typing import Final
 
 from pgbridge.embedded import INSTALL_HINT, EmbeddedError, EmbeddedUnavailable
 from pgbridge.embedded._process import death_signal_prefix, remove_stale_dirs
+from pgbridge.embedded._process import log_tail as read_log_tail
 from pgbridge.embedded.ports import free_port
 
 HOST: Final = "127.0.0.1"
@@ -238,11 +239,7 @@ class Broker:
         self.close()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return read_log_tail(self.log_path, lines)
 
 
 def start_broker(port: int | None = None) -> Broker:

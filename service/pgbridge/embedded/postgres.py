@@ -48,6 +48,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgbridge.embedded import INSTALL_HINT, EmbeddedError, EmbeddedUnavailable
 from pgbridge.embedded._process import death_signal_prefix, remove_stale_dirs, wait_for
+from pgbridge.embedded._process import log_tail as read_log_tail
 from pgbridge.embedded.ports import free_port
 
 HOST: Final = "127.0.0.1"
@@ -633,11 +634,7 @@ class PgCluster:
         self.close()
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return read_log_tail(self.log_path, lines)
 
 
 def start_cluster(
