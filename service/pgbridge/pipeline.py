@@ -170,11 +170,14 @@ class _OpenTransaction:
         self.context = EventContext(commit_lsn=self.begin.commit_lsn, xid=self.begin.xid, ts_us=self.ts_us,
                                     origin=origin, total_order=self.total_order, collection_order=0)
 
-    def next_context(self, table: str) -> EventContext:
-        """The context of the transaction's next change, in ``table``."""
+    def next_context(self, table: str | None) -> EventContext:
+        """The context of the transaction's next event: a change in ``table``, or (``None``) a
+        logical message, which counts in the transaction's order but belongs to no table."""
         self.total_order += 1
-        order = self.per_table[table] + 1
-        self.per_table[table] = order
+        order = 0
+        if table is not None:
+            order = self.per_table[table] + 1
+            self.per_table[table] = order
         context = self.context
         _set_total_order(context, self.total_order)
         _set_collection_order(context, order)
@@ -498,23 +501,17 @@ class Session:
                 raise FatalError("truncate outside a transaction reached the encoder")
             for relation in event.relations:
                 table = f"{relation.namespace}.{relation.name}"
-                tx.total_order += 1
-                tx.per_table[table] += 1
-                ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
-                                   origin=tx.origin, total_order=tx.total_order,
-                                   collection_order=tx.per_table[table])
-                self._produce(encoder.encode_truncate(event, relation, ctx), tx.callback, tx.unit)
-                self._count_event(relation, "t")
+                record = encoder.encode_truncate(event, relation, tx.next_context(table))
+                self._produce(record, tx.callback, tx.unit)
+                tx.count(table, "t", len(record.value or b""))
                 if self.incremental is not None and self.incremental.window_table == table:
                     self.incremental.drop_all()
         elif isinstance(event, MessageChange):
             tx = self._tx
             if tx is None:
                 raise FatalError("transactional message outside a transaction reached the encoder")
-            tx.total_order += 1
-            ctx = EventContext(commit_lsn=tx.begin.commit_lsn, xid=tx.begin.xid, ts_us=tx.ts_us,
-                               origin=tx.origin, total_order=tx.total_order, collection_order=0)
-            self._produce(encoder.encode_message(event.prefix, event.content, event.lsn, ctx, True),
+            self._produce(encoder.encode_message(event.prefix, event.content, event.lsn,
+                                                 tx.next_context(None), True),
                           tx.callback, tx.unit)
             if self.incremental is not None:
                 self._snapshot_message(event.prefix, event.content, event.lsn, tx)
@@ -545,7 +542,7 @@ class Session:
             table, rows = released
             for record in rows:
                 self._produce(record, tx.callback, tx.unit)
-            self.metrics.events.labels(table, "r").inc(len(rows))
+            self._event_counter((table, "r")).inc(len(rows))
             snap.chunk_produced(tx.unit)
 
     def _produce(self, record: OutRecord, callback: Callable[..., None], unit: PublishSlot) -> None:
@@ -558,22 +555,21 @@ class Session:
             raise _StopRequested()
         self._housekeeping(reply_requested=False)
 
-    def _count_event(self, relation: Relation, op: str) -> None:
-        key = (f"{relation.namespace}.{relation.name}", op)
+    def _event_counter(self, key: tuple[str, str]) -> Any:
+        """The ``pgbridge_events_total`` child of (table, op), looked up once per key."""
         counter = self._event_counters.get(key)
         if counter is None:
             counter = self.metrics.events.labels(*key)
             self._event_counters[key] = counter
-        counter.inc()  # type: ignore[attr-defined]
+        return counter
+
+    def _count_event(self, relation: Relation, op: str) -> None:
+        self._event_counter((f"{relation.namespace}.{relation.name}", op)).inc()
 
     def _count_transaction(self, tx: _OpenTransaction) -> None:
         """Add a finished transaction's row events and bytes to the Prometheus counters."""
         for key, count in tx.events.items():
-            counter = self._event_counters.get(key)
-            if counter is None:
-                counter = self.metrics.events.labels(*key)
-                self._event_counters[key] = counter
-            counter.inc(count)  # type: ignore[attr-defined]
+            self._event_counter(key).inc(count)
         for table, nbytes in tx.event_bytes.items():
             self._count_bytes(table, nbytes)
 
