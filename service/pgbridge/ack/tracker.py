@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pgbridge.errors import InvariantError
-from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
+from pgbridge.lsn import INVALID_LSN, Lsn
 
 
 @dataclass(slots=True, eq=False)
@@ -58,10 +58,6 @@ class AckTracker:
     def in_flight(self) -> int:
         """Records handed to the producer and not yet acknowledged."""
         return self._in_flight
-
-    @property
-    def open_units(self) -> int:
-        return len(self._queue)
 
     def open_unit(self, commit_ts_us: int = 0) -> PublishSlot:
         unit = PublishSlot(commit_ts_us=commit_ts_us)
@@ -138,7 +134,3 @@ class AckTracker:
     @property
     def reported_lsn(self) -> Lsn:
         return self._reported_lsn
-
-    def describe(self) -> str:
-        return (f"acked={format_lsn(self._acked_lsn)} reported={format_lsn(self._reported_lsn)} "
-                f"units={len(self._queue)} in_flight={self._in_flight}")

@@ -206,9 +206,6 @@ class KafkaPublisher:
     def poll(self, timeout: float = 0.0) -> int:
         return int(self._producer.poll(timeout))
 
-    def queue_len(self) -> int:
-        return len(self._producer)
-
     def flush(self, timeout_s: float) -> int:
         """Wait for outstanding deliveries; returns how many are still outstanding."""
         deadline = time.monotonic() + timeout_s
