@@ -1,7 +1,7 @@
 """Wiring: source → decode → assemble → encode → publish → ack, plus the reconnect loop.
 
 ```
- Postgres walsender ──CopyData──▶ ReplicationStream.read ──frame──▶ parse_copy_message
+ Postgres walsender ──CopyData──▶ ReplicationStream.read_batch ─▶ split_xlog / parse_copy_message
         ▲                                                        │ XLogData      │ keepalive
         │ standby status (confirmed LSN)                          ▼               ▼
    FeedbackPolicy ◀── AckTracker.confirmable ◀─┐       PgoutputDecoder   server WAL position

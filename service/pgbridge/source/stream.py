@@ -24,23 +24,6 @@ class ReplicationStream:
         self._selector.register(self._pgconn.socket, selectors.EVENT_READ)
         self._end: int | None = None  # get_copy_data's -1/-2, held back while frames before it are handled
 
-    def read(self, timeout: float) -> memoryview | None:
-        """Next CopyData payload, or None if nothing arrived within ``timeout`` seconds."""
-        pgconn = self._pgconn
-        nbytes, data = pgconn.get_copy_data(1)
-        if nbytes > 0:
-            return data
-        if nbytes == 0:
-            if not self._selector.select(timeout):
-                return None
-            pgconn.consume_input()
-            nbytes, data = pgconn.get_copy_data(1)
-            if nbytes > 0:
-                return data
-            if nbytes == 0:
-                return None
-        self._end_of_copy(nbytes)
-
     def read_batch(self, timeout: float, limit: int = 1024) -> list[memoryview]:
         """Every CopyData payload libpq has buffered or can read without waiting (at most
         ``limit``), waiting up to ``timeout`` seconds for the first; empty if none arrived.
