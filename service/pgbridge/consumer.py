@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from fastavro import parse_schema, schemaless_reader
+
+from pgbridge.encode.wire import fingerprint_hex, read_confluent_schema_id, read_single_object_fingerprint
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-SINGLE_OBJECT_MAGIC: Final = b"\xc3\x01"
-CONFLUENT_MAGIC: Final = b"\x00"
 
 
 class UnknownSchema(KeyError):
@@ -55,10 +54,7 @@ class SchemaStore:
 
     @staticmethod
     def fingerprint_of(data: bytes) -> str:
-        if data[:2] != SINGLE_OBJECT_MAGIC or len(data) < 10:
-            raise ValueError("not Avro single-object encoding (expected C3 01 and an 8-byte fingerprint)")
-        (value,) = struct.unpack("<Q", data[2:10])
-        return f"{value:016x}"
+        return fingerprint_hex(read_single_object_fingerprint(data))
 
     def decode(self, data: bytes | None, reader_schema: dict[str, Any] | None = None) -> Any:
         """Decode one key or value; ``None`` (a tombstone or null key) stays ``None``."""
@@ -93,10 +89,7 @@ class RegistrySchemaStore:
 
     @staticmethod
     def schema_id_of(data: bytes) -> int:
-        if data[:1] != CONFLUENT_MAGIC or len(data) < 5:
-            raise ValueError("not the Confluent wire format (expected byte 0 and a 4-byte schema id)")
-        (schema_id,) = struct.unpack(">I", data[1:5])
-        return int(schema_id)
+        return read_confluent_schema_id(data)
 
     def schema(self, schema_id: int) -> dict[str, Any]:
         """The writer schema registered under ``schema_id``, as parsed JSON."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
@@ -40,10 +39,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pgbridge.encode.wire import (
+    SINGLE_OBJECT_MAGIC,
+    fingerprint_hex,
+    read_confluent_schema_id,
+    read_single_object_fingerprint,
+)
 from pgbridge_spark.schemas import AvroSchema, EnvelopeSchema, avro_to_spark, nullable_branch, resolve_named
-
-SINGLE_OBJECT_MAGIC: Final = b"\xc3\x01"
-CONFLUENT_MAGIC: Final = 0
 
 
 class DecodeError(ValueError):
@@ -56,11 +58,9 @@ class DecodeError(ValueError):
 def schema_id_of(data: bytes) -> tuple[str, int]:
     """``(schema id, body offset)`` of a framed key or value."""
     if data[:2] == SINGLE_OBJECT_MAGIC and len(data) >= 10:
-        (fingerprint,) = struct.unpack_from("<Q", data, 2)
-        return f"{fingerprint:016x}", 10
+        return fingerprint_hex(read_single_object_fingerprint(data)), 10
     if data[:1] == b"\x00" and len(data) >= 5:
-        (schema_id,) = struct.unpack_from(">I", data, 1)
-        return str(schema_id), 5
+        return str(read_confluent_schema_id(data)), 5
     raise DecodeError("record is neither Avro single-object encoding (C3 01) nor Confluent wire format (00): "
                       f"starts with {bytes(data[:10]).hex()}")
 

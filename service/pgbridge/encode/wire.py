@@ -263,6 +263,13 @@ def read_single_object_fingerprint(data: bytes) -> int:
     return int.from_bytes(data[2:10], "little")
 
 
+def read_confluent_schema_id(data: bytes) -> int:
+    """The registry schema id of a Confluent-framed record (for consumers and tests)."""
+    if data[:1] != b"\x00" or len(data) < 5:
+        raise ValueError("not the Confluent wire format (expected byte 0 and a 4-byte schema id)")
+    return int.from_bytes(data[1:5], "big")
+
+
 def confluent_header(schema_id: int) -> bytes:
     """Confluent wire format header: magic byte 0 then the registry's schema id, 4 bytes big-endian."""
     return b"\x00" + schema_id.to_bytes(4, "big")
