@@ -254,6 +254,9 @@ class Session:
         slots.ensure_publication(self.sql, pg.publication, pg.tables)
         self.repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s)
         self.repl.connect()
+        # Options are settled before any slot is created, so an unsupported one fails cleanly.
+        proto = negotiate_proto_version(self.repl.server_version, pg.proto_version)
+        options = replication_options(self.settings, proto, self.repl.server_version)
         identity = self.repl.identify_system()
         database = identity.dbname or ""
         registrar: SchemaRegistrar
@@ -285,8 +288,6 @@ class Session:
             self.identity.verify_on_open(pg.slot, info.confirmed_flush_lsn)
             if slots.slot_info(self.sql, pending) is not None:
                 slots.drop_slot(self.sql, pending)
-        proto = negotiate_proto_version(self.repl.server_version, pg.proto_version)
-        options = replication_options(self.settings, proto, self.repl.server_version)
         self.repl.start_replication(pg.slot, INVALID_LSN, options)
         self.identity.streaming()
         self.monitor = SlotMonitor(pg.slot, self.metrics, interval_s=pg.slot_check_interval_s,
