@@ -35,19 +35,24 @@ Other choices, in short:
   types, and any unknown OID are ``string`` with Postgres's text: always exact and decodable.
 * Binary (pgoutput ``binary 'true'``, a session-wide option) sends every type that has a send
   function in binary. Every type in the table that has a natural Avro type has a binary decoder,
-  as have text-like catalog types (enums, ``citext``, ``hstore``); a type pgbridge cannot read in
-  binary (``money``, geometric, network, text-search, composite, unknown extension types) stops
-  with an ``EncodeError`` naming the column: turn ``postgres.binary`` off for such tables.
+  as have text-like catalog types (enums, ``citext``, ``hstore``); so do the network, bit-string,
+  geometric, text-search, ``pg_lsn``, ``tid``, vector, snapshot and ``jsonpath`` types, whose
+  converters rebuild exactly the text their output function prints. A type pgbridge cannot read
+  in binary (``money``: its text depends on ``lc_monetary``; ``reg*``: a catalog name; composite,
+  unknown extension types) stops with an ``EncodeError`` naming the column: turn
+  ``postgres.binary`` off for such tables (``pgbridge check`` reports them up front).
 """
 
 from __future__ import annotations
 
 import binascii
+import math
 import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Final
 
@@ -1189,6 +1194,351 @@ def _hstore_text_of_binary(raw: bytes) -> str:
     return ", ".join(pairs)
 
 
+# --- binary forms of types published as Postgres's text -------------------------------------------
+#
+# These types are Avro strings holding Postgres's text output. Their send formats carry the same
+# information, so each converter below rebuilds, byte for byte, the text the type's output function
+# prints in the replication session (client_encoding UTF8, extra_float_digits > 0): binary mode then
+# publishes what text mode does. Types whose text needs more than the value (money: lc_monetary;
+# reg*: a catalog lookup) have no converter (see docs/types.md).
+
+_unpack_uint2 = struct.Struct("!H").unpack
+_INF: Final = float("inf")
+_unpack_uint8 = struct.Struct("!Q").unpack
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """Postgres's (Ryu's) shortest decimal digits of a finite non-zero ``|value|`` and the decimal
+    exponent of the first (``1.5e-05`` → ``("15", -5)``).
+
+    ``repr`` gives the shortest digits that read back to the same double, closest to its exact
+    value, counting a decimal exactly halfway to a neighbouring double as reading back when the
+    mantissa is even. Postgres never accepts that halfway point (``5e+22`` prints as
+    ``4.9999999999999996e+22``), so in that one case the digits are searched again, excluding it.
+    """
+    mantissa, _, exp_text = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    exponent = len(whole) + (int(exp_text) if exp_text else 0) - 1 - (len(whole + fraction) - len(digits))
+    digits = digits.rstrip("0")
+    exact = Fraction(abs(value))
+    low = (exact + Fraction(math.nextafter(abs(value), 0.0))) / 2
+    above = math.nextafter(abs(value), _INF)
+    high = (exact + Fraction(above)) / 2 if above != _INF else exact + (exact - low)
+    found = Fraction(int(digits)) * Fraction(10) ** (exponent - len(digits) + 1)
+    if low < found < high:
+        return digits, exponent
+    return _digits_inside(exact, low, high, len(digits), exponent)
+
+
+def _digits_inside(exact: Fraction, low: Fraction, high: Fraction, length: int, exponent: int) -> tuple[str, int]:
+    """The decimal of fewest significant digits (from ``length``, first digit at ``exponent``) strictly
+    between ``low`` and ``high``, the closest to ``exact`` among those: digits and decimal exponent."""
+    for n in range(length, 18):
+        step = Fraction(10) ** (exponent - n + 1)
+        nearest = round(exact / step)  # half to even, as Ryu's exact-tie rule
+        inside = [c for c in (nearest, nearest - 1, nearest + 1) if low < c * step < high]
+        if inside:
+            best = min(inside, key=lambda c: abs(c * step - exact))
+            text = str(best)
+            return text.rstrip("0"), exponent - n + len(text)
+    raise ValueError("no decimal of 17 digits inside a double's rounding interval")
+
+
+def float8_text(value: float) -> str:
+    """``float8out`` with ``extra_float_digits > 0`` (Postgres 12+): the shortest exact digits,
+    fixed-point for decimal exponents -4 to 14, else ``d.ddde+XX``; ``NaN``, ``±Infinity``, ``-0``."""
+    if value != value:
+        return "NaN"
+    if value in (_INF, -_INF):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    digits, exponent = _shortest_digits(value)
+    if -4 <= exponent < 15:
+        point = exponent + 1
+        if point <= 0:
+            text = "0." + "0" * -point + digits
+        elif point >= len(digits):
+            text = digits + "0" * (point - len(digits))
+        else:
+            text = f"{digits[:point]}.{digits[point:]}"
+    else:
+        text = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "") + \
+            f"e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    return f"-{text}" if value < 0 else text
+
+
+def _float8s(raw: bytes, count: int, offset: int = 0) -> list[str]:
+    return [float8_text(v) for v in struct.unpack_from(f"!{count}d", raw, offset)]
+
+
+def _points_text(coordinates: list[str]) -> str:
+    return ",".join(f"({coordinates[i]},{coordinates[i + 1]})" for i in range(0, len(coordinates), 2))
+
+
+def _point_text_of_binary(raw: bytes) -> str:
+    """``point_send`` (x, y) → ``(x,y)``."""
+    return _points_text(_float8s(raw, 2))
+
+
+def _lseg_text_of_binary(raw: bytes) -> str:
+    """``lseg_send`` (two points) → ``[(x1,y1),(x2,y2)]``."""
+    return f"[{_points_text(_float8s(raw, 4))}]"
+
+
+def _box_text_of_binary(raw: bytes) -> str:
+    """``box_send`` (high corner, low corner) → ``(x2,y2),(x1,y1)``."""
+    return _points_text(_float8s(raw, 4))
+
+
+def _path_text_of_binary(raw: bytes) -> str:
+    """``path_send`` (closed flag, point count, points) → ``((…))`` closed or ``[(…)]`` open."""
+    (count,) = _unpack_int4(raw[1:5])
+    points = _points_text(_float8s(raw, 2 * count, 5))
+    return f"({points})" if raw[0] else f"[{points}]"
+
+
+def _polygon_text_of_binary(raw: bytes) -> str:
+    """``poly_send`` (point count, points) → ``((x1,y1),…)``."""
+    (count,) = _unpack_int4(raw[:4])
+    return f"({_points_text(_float8s(raw, 2 * count, 4))})"
+
+
+def _line_text_of_binary(raw: bytes) -> str:
+    """``line_send`` (A, B, C of Ax + By + C = 0) → ``{A,B,C}``."""
+    return "{" + ",".join(_float8s(raw, 3)) + "}"
+
+
+def _circle_text_of_binary(raw: bytes) -> str:
+    """``circle_send`` (center, radius) → ``<(x,y),r>``."""
+    x, y, radius = _float8s(raw, 3)
+    return f"<({x},{y}),{radius}>"
+
+
+_PGSQL_AF_INET: Final = 2
+_PGSQL_AF_INET6: Final = 3
+
+
+def _ipv6_text(address: bytes) -> str:
+    """Postgres's ``inet_net_ntop_ipv6`` layout: lowercase hex groups, the first longest run of two or
+    more zero groups as ``::``, and the last 32 bits dotted for IPv4-compatible (``::1.2.3.4``) and
+    IPv4-mapped (``::ffff:1.2.3.4``) addresses."""
+    words = struct.unpack("!8H", address)
+    best_base, best_len, base = -1, 0, -1
+    for i, word in enumerate((*words, 1)):  # the sentinel closes a trailing run
+        if word == 0:
+            if base < 0:
+                base = i
+        elif base >= 0:
+            if i - base > best_len:
+                best_base, best_len = base, i - base
+            base = -1
+    if best_len < 2:
+        best_base = -1
+    out: list[str] = []
+    for i, word in enumerate(words):
+        if best_base >= 0 and best_base <= i < best_base + best_len:
+            if i == best_base:
+                out.append(":")
+            continue
+        if i:
+            out.append(":")
+        if i == 6 and best_base == 0 and (best_len == 6 or (best_len == 7 and words[7] != 1)
+                                          or (best_len == 5 and words[5] == 0xFFFF)):
+            out.append(".".join(str(b) for b in address[12:16]))
+            break
+        out.append(f"{word:x}")
+    if best_base >= 0 and best_base + best_len == 8:
+        out.append(":")
+    return "".join(out)
+
+
+def _inet_text_of_binary(raw: bytes) -> str:
+    """``inet_send``/``cidr_send`` (family, mask bits, is-cidr flag, length, address) → ``network_out``:
+    the mask is printed unless it covers the whole address, and always for ``cidr``."""
+    family, bits, is_cidr, size = raw[0], raw[1], raw[2], raw[3]
+    address = raw[4:4 + size]
+    if family == _PGSQL_AF_INET and size == 4:
+        text = ".".join(str(b) for b in address)
+        full = 32
+    elif family == _PGSQL_AF_INET6 and size == 16:
+        text = _ipv6_text(address)
+        full = 128
+    else:
+        raise ValueError(f"unknown inet address family {family} with {size} address bytes")
+    return f"{text}/{bits}" if bits != full or is_cidr else text
+
+
+def _macaddr_text_of_binary(raw: bytes) -> str:
+    """``macaddr_send``/``macaddr8_send`` (6 or 8 bytes) → ``08:00:2b:01:02:03``."""
+    if len(raw) not in (6, 8):
+        raise ValueError(f"a MAC address has 6 or 8 bytes, not {len(raw)}")
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def _varbit_text_of_binary(raw: bytes) -> str:
+    """``varbit_send`` (bit count, bits packed from the high bit) → ``0101…``; ``bit(n)`` too."""
+    (count,) = _unpack_int4(raw[:4])
+    bits = "".join(f"{b:08b}" for b in raw[4:])
+    if len(bits) < count:
+        raise ValueError("bit string shorter than its length")
+    return bits[:count]
+
+
+def _char_text_of_binary(raw: bytes) -> str:
+    """``charsend`` (one byte) → ``charout`` of Postgres 15+: empty for NUL, ``\\ooo`` octal for a
+    byte with the high bit set (not UTF-8 on its own), else the ASCII character."""
+    if len(raw) != 1:
+        raise ValueError(f'"char" is one byte, not {len(raw)}')
+    byte = raw[0]
+    return "" if byte == 0 else f"\\{byte:03o}" if byte & 0x80 else chr(byte)
+
+
+def _pg_lsn_text_of_binary(raw: bytes) -> str:
+    """``pg_lsn_send`` (uint64) → ``%X/%X``."""
+    (lsn,) = _unpack_uint8(raw)
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def _tid_text_of_binary(raw: bytes) -> str:
+    """``tidsend`` (block uint32, offset uint16) → ``(block,offset)``."""
+    block, offset = struct.unpack("!IH", raw)
+    return f"({block},{offset})"
+
+
+def _vector_text(unpack: Callable[[bytes], tuple[Any, ...]]) -> Callable[[bytes], str]:
+    """``int2vector``/``oidvector`` send as a one-dimensional array (lower bound 0) of non-null
+    elements; their text is the elements separated by spaces."""
+    def text_of_binary(raw: bytes) -> str:
+        ndim, _flags, _oid = _ARRAY_HEAD.unpack_from(raw)
+        if ndim == 0:
+            return ""
+        (count, _lower), pos, out = _ARRAY_DIM.unpack_from(raw, 12), 12 + 8 * ndim, []
+        for _ in range(count):
+            (size,) = _unpack_int4(raw[pos:pos + 4])
+            if size < 0:
+                raise ValueError("NULL element in a vector type")
+            out.append(str(unpack(raw[pos + 4:pos + 4 + size])[0]))
+            pos += 4 + size
+        return " ".join(out)
+    return text_of_binary
+
+
+def _snapshot_text_of_binary(raw: bytes) -> str:
+    """``pg_snapshot_send``/``txid_snapshot_send`` (count, xmin, xmax, in-progress xids) →
+    ``xmin:xmax:xip,xip``."""
+    (count,) = _unpack_int4(raw[:4])
+    xmin, xmax, *xips = struct.unpack_from(f"!{count + 2}Q", raw, 4)
+    return f"{xmin}:{xmax}:" + ",".join(str(x) for x in xips)
+
+
+def _versioned_text(raw: bytes) -> str:
+    """``jsonb_send``/``jsonpath_send``: a version byte (1) and the value's text."""
+    if raw[:1] != b"\x01":
+        raise ValueError(f"unknown binary version {raw[:1]!r}")
+    return raw[1:].decode()
+
+
+def _cstring_at(raw: bytes, pos: int) -> tuple[str, int]:
+    """A NUL-terminated string (``pq_sendstring``) at ``pos`` and the position after its NUL."""
+    end = raw.index(b"\x00", pos)
+    return raw[pos:end].decode(), end + 1
+
+
+def _ts_quote(word: str) -> str:
+    """A lexeme as ``tsvectorout``/``tsqueryout`` print it: single-quoted, ``'`` and ``\\`` doubled."""
+    return "'" + word.replace("'", "''").replace("\\", "\\\\") + "'"
+
+
+_TSVECTOR_WEIGHTS: Final = ("", "C", "B", "A")  # the top two bits of a position; D prints nothing
+
+
+def _tsvector_text_of_binary(raw: bytes) -> str:
+    """``tsvectorsend`` (count; per lexeme its text, NUL, position count, positions with the weight in
+    their top two bits) → ``'fat':2A,4 'cat':3``."""
+    (count,) = _unpack_int4(raw[:4])
+    pos, words = 4, []
+    for _ in range(count):
+        lexeme, pos = _cstring_at(raw, pos)
+        (npos,) = _unpack_uint2(raw[pos:pos + 2])
+        positions = struct.unpack_from(f"!{npos}H", raw, pos + 2)
+        pos += 2 + 2 * npos
+        text = _ts_quote(lexeme)
+        if positions:
+            text += ":" + ",".join(f"{p & 0x3FFF}{_TSVECTOR_WEIGHTS[p >> 14]}" for p in positions)
+        words.append(text)
+    return " ".join(words)
+
+
+_QI_VAL: Final = 1
+_QI_OPR: Final = 2
+_OP_NOT, _OP_AND, _OP_OR, _OP_PHRASE = 1, 2, 3, 4
+_TSQUERY_PRIORITY: Final = {_OP_NOT: 4, _OP_AND: 2, _OP_OR: 1, _OP_PHRASE: 3}
+_TSQUERY_OPERAND_PRIORITY: Final = 5  # an operand never needs parentheses
+
+
+def _tsquery_operand(weight: int, prefix: int, word: str) -> str:
+    text = _ts_quote(word)
+    if weight or prefix:
+        text += ":" + ("*" if prefix else "") + "".join(
+            letter for bit, letter in ((8, "A"), (4, "B"), (2, "C"), (1, "D")) if weight & bit)
+    return text
+
+
+def _tsquery_text_of_binary(raw: bytes) -> str:
+    """``tsquerysend`` (item count; items in prefix order, an operator followed by its right then its
+    left operand) → ``tsqueryout``'s infix text, with its spacing and parentheses.
+
+    Evaluated right to left with a stack (no recursion, whatever the depth): each entry is the
+    text, its operator's priority and whether it is a phrase. A child is parenthesized when its
+    priority is below its parent's, or when it is a phrase that is a phrase's right operand.
+    """
+    (size,) = _unpack_int4(raw[:4])
+    pos = 4
+    items: list[tuple[int, str | int, int]] = []
+    for _ in range(size):
+        kind = raw[pos]
+        if kind == _QI_VAL:
+            word, end = _cstring_at(raw, pos + 3)
+            items.append((_QI_VAL, _tsquery_operand(raw[pos + 1], raw[pos + 2], word), 0))
+            pos = end
+        elif kind == _QI_OPR:
+            op, distance = raw[pos + 1], 0
+            pos += 2
+            if op == _OP_PHRASE:
+                (distance,) = _unpack_int2(raw[pos:pos + 2])
+                pos += 2
+            elif op not in _TSQUERY_PRIORITY:
+                raise ValueError(f"unknown tsquery operator {op}")
+            items.append((_QI_OPR, op, distance))
+        else:
+            raise ValueError(f"unknown tsquery item type {kind}")
+
+    def wrap(child: tuple[str, int, bool], priority: int, right_of_phrase: bool) -> str:
+        text, child_priority, phrase = child
+        return f"( {text} )" if child_priority < priority or (phrase and right_of_phrase) else text
+
+    stack: list[tuple[str, int, bool]] = []
+    for kind, value, distance in reversed(items):
+        if kind == _QI_VAL:
+            assert isinstance(value, str)
+            stack.append((value, _TSQUERY_OPERAND_PRIORITY, False))
+            continue
+        assert isinstance(value, int)
+        priority = _TSQUERY_PRIORITY[value]
+        if value == _OP_NOT:
+            stack.append(("!" + wrap(stack.pop(), priority, False), priority, False))
+            continue
+        right, left = stack.pop(), stack.pop()
+        phrase = value == _OP_PHRASE
+        sign = {_OP_AND: "&", _OP_OR: "|"}.get(value) or ("<->" if distance == 1 else f"<{distance}>")
+        stack.append((f"{wrap(left, priority, False)} {sign} {wrap(right, priority, phrase)}", priority, phrase))
+    if len(stack) > 1:
+        raise ValueError("tsquery items do not form one tree")
+    return stack[0][0] if stack else ""
+
+
 # --- the table ------------------------------------------------------------------------------------
 
 Builder = Callable[[str, int], TypeCodec]
@@ -1287,41 +1637,41 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
                                          text_of_binary=lambda raw: "f" if raw == b"\x00" else "t")),
     BuiltinType(17, "bytea", 1001, _fixed("bytes", bytea_from_text, bytes, write_bytes,
                                           text_of_binary=lambda raw: "\\x" + raw.hex())),
-    BuiltinType(18, "char", 1002, _string_like(from_binary=None)),
+    BuiltinType(18, "char", 1002, _string_like(from_binary=_char_text_of_binary)),
     BuiltinType(19, "name", 1003, _string_like()),
     BuiltinType(20, "int8", 1016, _fixed("long", int, _int8_binary, write_long, _long_text_to_avro,
                                          text_of_binary=_as_text(_int8_binary))),
     BuiltinType(21, "int2", 1005, _fixed("int", int, _int2_binary, write_int, _long_text_to_avro,
                                          text_of_binary=_as_text(_int2_binary))),
-    BuiltinType(22, "int2vector", 1006),
+    BuiltinType(22, "int2vector", 1006, _string_like(from_binary=_vector_text(_unpack_int2))),
     BuiltinType(23, "int4", 1007, _fixed("int", int, _int4_binary, write_int, _long_text_to_avro,
                                          text_of_binary=_as_text(_int4_binary))),
     BuiltinType(24, "regproc", 1008),
     BuiltinType(25, "text", 1009, _string_like()),
     BuiltinType(26, "oid", 1028, _fixed("long", int, _oid_binary, write_long, _long_text_to_avro,
                                         text_of_binary=_as_text(_oid_binary))),
-    BuiltinType(27, "tid", 1010),
+    BuiltinType(27, "tid", 1010, _string_like(from_binary=_tid_text_of_binary)),
     BuiltinType(28, "xid", 1011, _string_like(from_binary=_as_text(_oid_binary))),
     BuiltinType(29, "cid", 1012, _string_like(from_binary=_as_text(_oid_binary))),
-    BuiltinType(30, "oidvector", 1013),
+    BuiltinType(30, "oidvector", 1013, _string_like(from_binary=_vector_text(_unpack_uint4))),
     BuiltinType(114, "json", 199, _string_like(_JSON_AVRO)),
     BuiltinType(142, "xml", 143, _string_like()),
-    BuiltinType(600, "point", 1017),
-    BuiltinType(601, "lseg", 1018),
-    BuiltinType(602, "path", 1019),
-    BuiltinType(603, "box", 1020, delimiter=b";"),
-    BuiltinType(604, "polygon", 1027),
-    BuiltinType(628, "line", 629),
-    BuiltinType(650, "cidr", 651),
+    BuiltinType(600, "point", 1017, _string_like(from_binary=_point_text_of_binary)),
+    BuiltinType(601, "lseg", 1018, _string_like(from_binary=_lseg_text_of_binary)),
+    BuiltinType(602, "path", 1019, _string_like(from_binary=_path_text_of_binary)),
+    BuiltinType(603, "box", 1020, _string_like(from_binary=_box_text_of_binary), delimiter=b";"),
+    BuiltinType(604, "polygon", 1027, _string_like(from_binary=_polygon_text_of_binary)),
+    BuiltinType(628, "line", 629, _string_like(from_binary=_line_text_of_binary)),
+    BuiltinType(650, "cidr", 651, _string_like(from_binary=_inet_text_of_binary)),
     BuiltinType(700, "float4", 1021, _fixed("float", _float_from_text, _float4_binary, write_float,
                                             text_of_binary=_as_text(_float4_binary, format_float))),
     BuiltinType(701, "float8", 1022, _fixed("double", _float_from_text, _float8_binary, write_double,
-                                            text_of_binary=_as_text(_float8_binary, format_float))),
-    BuiltinType(718, "circle", 719),
-    BuiltinType(774, "macaddr8", 775),
+                                            text_of_binary=_as_text(_float8_binary, float8_text))),
+    BuiltinType(718, "circle", 719, _string_like(from_binary=_circle_text_of_binary)),
+    BuiltinType(774, "macaddr8", 775, _string_like(from_binary=_macaddr_text_of_binary)),
     BuiltinType(790, "money", 791),
-    BuiltinType(829, "macaddr", 1040),
-    BuiltinType(869, "inet", 1041),
+    BuiltinType(829, "macaddr", 1040, _string_like(from_binary=_macaddr_text_of_binary)),
+    BuiltinType(869, "inet", 1041, _string_like(from_binary=_inet_text_of_binary)),
     BuiltinType(1033, "aclitem", 1034),
     BuiltinType(1042, "bpchar", 1014, _string_like(with_length=True)),
     BuiltinType(1043, "varchar", 1015, _string_like(with_length=True)),
@@ -1342,8 +1692,8 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
                                                   companion=True, text_of_binary=_tstz_text_of_binary)),
     BuiltinType(1186, "interval", 1187, _interval_codec),
     BuiltinType(1266, "timetz", 1270, _string_like(from_binary=_timetz_text_of_binary)),
-    BuiltinType(1560, "bit", 1561),
-    BuiltinType(1562, "varbit", 1563),
+    BuiltinType(1560, "bit", 1561, _string_like(from_binary=_varbit_text_of_binary)),
+    BuiltinType(1562, "varbit", 1563, _string_like(from_binary=_varbit_text_of_binary)),
     BuiltinType(1700, "numeric", 1231, _numeric_codec),
     BuiltinType(1790, "refcursor", 2201, _string_like()),
     BuiltinType(2202, "regprocedure", 2207),
@@ -1354,10 +1704,10 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(2950, "uuid", 2951, _fixed({"type": "string", "logicalType": "uuid"}, text_from_utf8,
                                            _uuid_from_binary, write_string, string_raw_to_avro,
                                            text_of_binary=_uuid_from_binary)),
-    BuiltinType(2970, "txid_snapshot", 2949),
-    BuiltinType(3220, "pg_lsn", 3221),
-    BuiltinType(3614, "tsvector", 3643),
-    BuiltinType(3615, "tsquery", 3645),
+    BuiltinType(2970, "txid_snapshot", 2949, _string_like(from_binary=_snapshot_text_of_binary)),
+    BuiltinType(3220, "pg_lsn", 3221, _string_like(from_binary=_pg_lsn_text_of_binary)),
+    BuiltinType(3614, "tsvector", 3643, _string_like(from_binary=_tsvector_text_of_binary)),
+    BuiltinType(3615, "tsquery", 3645, _string_like(from_binary=_tsquery_text_of_binary)),
     BuiltinType(3734, "regconfig", 3735),
     BuiltinType(3769, "regdictionary", 3770),
     BuiltinType(3802, "jsonb", 3807, _string_like(_JSON_AVRO, _jsonb_from_binary)),
@@ -1367,7 +1717,7 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(3910, "tstzrange", 3911, _range_builder(1184)),
     BuiltinType(3912, "daterange", 3913, _range_builder(1082)),
     BuiltinType(3926, "int8range", 3927, _range_builder(20)),
-    BuiltinType(4072, "jsonpath", 4073),
+    BuiltinType(4072, "jsonpath", 4073, _string_like(from_binary=_versioned_text)),
     BuiltinType(4089, "regnamespace", 4090),
     BuiltinType(4096, "regrole", 4097),
     BuiltinType(4191, "regcollation", 4192),
@@ -1377,7 +1727,7 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(4534, "tstzmultirange", 6153, _multirange_builder(3910, 1184)),
     BuiltinType(4535, "datemultirange", 6155, _multirange_builder(3912, 1082)),
     BuiltinType(4536, "int8multirange", 6157, _multirange_builder(3926, 20)),
-    BuiltinType(5038, "pg_snapshot", 5039),
+    BuiltinType(5038, "pg_snapshot", 5039, _string_like(from_binary=_snapshot_text_of_binary)),
     BuiltinType(5069, "xid8", 271, _string_like(from_binary=_as_text(_int_binary(struct.Struct("!Q").unpack)))),
 )
 
