@@ -8,9 +8,11 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.config import Settings
+from pgbridge.encode.typemap import codec_for
 from pgbridge.errors import PgbridgeError
 from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
+from pgbridge.source.type_catalog import CatalogTypes
 
 # Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
 _TOASTABLE_STORAGE = ("x", "e")
@@ -50,7 +52,8 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     if role is None or not role[0]:
         problems.append(Problem("error", "the connecting role lacks the REPLICATION attribute",
                                 "ALTER ROLE <role> WITH REPLICATION;"))
-    if not slots.publication_exists(conn, pg.publication):
+    publication_exists = slots.publication_exists(conn, pg.publication)
+    if not publication_exists:
         if pg.tables:
             for table in pg.tables:
                 schema, name = table.split(".", 1)
@@ -70,8 +73,12 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         if not tables:
             problems.append(Problem("warning", f"publication {pg.publication} publishes no tables",
                                     f"ALTER PUBLICATION {pg.publication} ADD TABLE ...;"))
+    catalog = CatalogTypes(conn)
     for schema, name in tables:
         problems.extend(_table_problems(conn, str(schema), str(name)))
+        if pg.binary:
+            problems.extend(_binary_problems(conn, catalog, str(schema), str(name),
+                                             pg.publication if publication_exists else None))
     info = slots.slot_info(conn, pg.slot)
     database = conn.info.dbname
     if info is not None:
@@ -114,6 +121,43 @@ def _table_problems(conn: psycopg.Connection[tuple[object, ...]], schema: str, n
             problems.append(Problem("warning", f"table {table} has TOASTable columns ({toastable[0]}) and no "
                                     "REPLICA IDENTITY FULL: unchanged large values are not sent on update",
                                     f"ALTER TABLE {table} REPLICA IDENTITY FULL; if consumers need them"))
+    return problems
+
+
+def _published_columns(conn: psycopg.Connection[tuple[object, ...]], schema: str, name: str,
+                       publication: str | None) -> set[str] | None:
+    """The publication's column list of the table (``pg_publication_tables.attnames``, Postgres 15+),
+    or ``None`` when every ordinary column is published."""
+    if publication is None or conn.info.server_version < 150000:
+        return None
+    row = conn.execute("SELECT attnames FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s"
+                       " AND tablename = %s", (publication, schema, name)).fetchone()
+    names = row[0] if row is not None else None
+    return {str(a) for a in names} if isinstance(names, list) else None
+
+
+def _binary_problems(conn: psycopg.Connection[tuple[object, ...]], catalog: CatalogTypes, schema: str,
+                     name: str, publication: str | None) -> list[Problem]:
+    """With ``postgres.binary``: published columns whose values Postgres sends in binary (their type
+    has a send function) but pgbridge cannot read in binary. Found now rather than at the first
+    row, which would stop the bridge with the same advice."""
+    rows = conn.execute(
+        "SELECT a.attname, a.atttypid, a.atttypmod, t.typsend <> 0, a.attgenerated <> ''"
+        " FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (schema, name)).fetchall()
+    published = _published_columns(conn, schema, name, publication)
+    problems: list[Problem] = []
+    for column, type_oid, type_modifier, sent_in_binary, generated in rows:
+        if not sent_in_binary or (column not in published if published is not None else generated):
+            continue
+        codec = codec_for(int(str(type_oid)), int(str(type_modifier)), catalog=catalog)
+        if codec.from_binary is None:
+            problems.append(Problem(
+                "error", f"column {schema}.{name}.{column} has type {codec.pg_type}, which Postgres sends in "
+                "binary with postgres.binary on and pgbridge reads only as text",
+                "set postgres.binary to false (PGBRIDGE_POSTGRES__BINARY=false)"))
     return problems
 
 
