@@ -230,7 +230,7 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
-_ENV_KEYS_IGNORED: Final = {"PGBRIDGE_CONFIG"}
+_ENV_KEYS_IGNORED: Final = {"PGBRIDGE_CONFIG", "PGBRIDGE_PURE_PYTHON"}  # see pgbridge.native
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

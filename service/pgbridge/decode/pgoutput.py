@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias, cast
 
+from pgbridge import native as _native_switch
 from pgbridge.decode.messages import (
     Begin,
     BeginPrepare,
@@ -51,6 +52,8 @@ from pgbridge.decode.messages import (
 from pgbridge.decode.reader import Layout, Reader, trailing, truncated, unpack_u32
 from pgbridge.errors import DecodeError, InvariantError
 from pgbridge.lsn import Lsn
+
+_native: Any = _native_switch.load("pgbridge.decode._native")  # the compiled twin of ``_tuple``'s loop
 
 __all__ = ["MAX_PROTO_VERSION", "MIN_PROTO_VERSION", "PgoutputDecoder", "decode_message"]
 
@@ -109,6 +112,14 @@ def _tuple(buf: bytes, pos: int, count: int, tag: str) -> tuple[TupleData, int]:
     and the next read raises, and a final comparison catches an overrun by the last column.
     ``kinds`` stays ``None`` while every column is text, the common case, saving a store a column.
     """
+    if _native is not None and type(buf) is bytes:
+        parsed = _native.read_tuple(buf, pos, count)
+        if parsed is not None:
+            data = _new(TupleData)
+            _set_kinds(data, parsed[0])
+            _set_values(data, parsed[1])
+            return data, parsed[2]
+        # Malformed: the loop below finds the same fault and names it.
     values: list[bytes | None] = [None] * count
     kinds: bytearray | None = None
     unpack = unpack_u32

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from fastavro import parse_schema, schemaless_writer
 
+from pgbridge import native as _native_switch
 from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.decode.messages import (
     IDENTITY_FULL,
@@ -45,7 +46,19 @@ from pgbridge.decode.messages import (
 )
 from pgbridge.encode import schemas
 from pgbridge.encode.schemas import Schema
-from pgbridge.encode.typemap import EncodeError, TypeCatalog, TypeCodec, TypeNames
+from pgbridge.encode.typemap import (
+    EncodeError,
+    TypeCatalog,
+    TypeCodec,
+    TypeNames,
+    _bool_text_to_avro,
+    _float_from_text,
+    _long_text_to_avro,
+    date_from_text,
+    string_raw_to_avro,
+    timestamp_from_text,
+    timestamptz_from_text,
+)
 from pgbridge.encode.wire import (
     EMPTY_ARRAY,
     FALSE,
@@ -54,11 +67,14 @@ from pgbridge.encode.wire import (
     VALUE_BRANCH,
     SchemaRegistrar,
     fingerprint64,
+    write_decimal_bytes,
     write_long,
     write_string,
     write_string_array,
 )
 from pgbridge.errors import SchemaError
+
+_native: Any = _native_switch.load("pgbridge.encode._native")
 
 # --- what callers pass and get --------------------------------------------------------------------
 
@@ -181,16 +197,69 @@ _KEY_HINT: Final = ("the replica identity must include the Kafka key columns: AL
                     "USING INDEX <primary key index> (or DEFAULT with a primary key, or FULL)")
 
 
+def native_code(codec: TypeCodec) -> tuple[str, int]:
+    """The compiled kernel's conversion for ``codec``'s text values, and the decimal scale.
+
+    Chosen by the identity of the codec's converters, so a codec whose converters change simply
+    stops matching and goes through its Python field encoder (``"fallback"``), never through a
+    conversion written for something else. Companion codecs' conversions write the companion's null.
+    """
+    if codec.companion:
+        if codec.from_text is timestamptz_from_text:
+            return "timestamptz", 0
+        if codec.from_text is timestamp_from_text:
+            return "timestamp", 0
+        if codec.from_text is date_from_text:
+            return "date", 0
+        avro = codec.avro
+        if (codec.write is write_decimal_bytes and isinstance(avro, dict) and avro.get("logicalType") == "decimal"
+                and 0 <= avro.get("scale", -1) <= 18):
+            return "decimal", int(avro["scale"])
+        return "fallback", 0
+    if codec.text_to_avro is string_raw_to_avro:
+        return "string", 0
+    if codec.text_to_avro is _long_text_to_avro:
+        return "long", 0
+    if codec.text_to_avro is _bool_text_to_avro:
+        return "bool", 0
+    if codec.from_text is _float_from_text and codec.avro in ("double", "float"):
+        return str(codec.avro), 0
+    return "fallback", 0
+
+
+class _NativePlan(NamedTuple):
+    """A plan's inputs to the compiled kernel (``encode/_native.pyx``)."""
+
+    row: Any  # _native.RowCodes
+    key_codes: bytes
+    key_scales: bytes
+    key_fns: tuple[_RawEncoder, ...]
+
+
+def _native_plan(codecs: tuple[TypeCodec, ...], key_indexes: tuple[int, ...], text_fields: tuple[_RawEncoder, ...],
+                 key_text: dict[int, _RawEncoder]) -> _NativePlan | None:
+    if _native is None:
+        return None
+    codes = _native.CODES
+    chosen = [native_code(codec) for codec in codecs]
+    row = _native.RowCodes(bytes(codes[name] for name, _ in chosen), bytes(scale for _, scale in chosen),
+                           text_fields, tuple(codec.null_field for codec in codecs))
+    key_codes = bytes(codes[chosen[i][0]] | (0 if codecs[i].companion else codes["bare"]) for i in key_indexes)
+    return _NativePlan(row, key_codes, bytes(chosen[i][1] for i in key_indexes),
+                       tuple(key_text[i] for i in key_indexes))
+
+
 class _TablePlan:
     """Everything needed to write one Relation version's records, computed once."""
 
     __slots__ = ("all_text", "binary_fields", "column_names", "key_binary", "key_header", "key_indexes",
-                 "key_schema", "key_text", "ncols", "null_fields", "pg_types", "source_head", "table",
+                 "key_schema", "key_text", "native", "ncols", "null_fields", "pg_types", "source_head", "table",
                  "text_fields", "toast_policy", "topic", "value_header", "value_schema")
 
     def __init__(self, *, relation: Relation, topic: str, database: str, codecs: tuple[TypeCodec, ...],
                  key_indexes: tuple[int, ...], key_schema: Schema | None, value_schema: Schema,
-                 key_header: bytes, value_header: bytes, toast_policy: str = TOAST_MARKER) -> None:
+                 key_header: bytes, value_header: bytes, toast_policy: str = TOAST_MARKER,
+                 native: bool = True) -> None:
         self.table = f"{relation.namespace}.{relation.name}"
         self.topic = topic
         self.column_names = tuple(c.name for c in relation.columns)
@@ -214,6 +283,7 @@ class _TablePlan:
         self.value_header = value_header
         self.toast_policy = toast_policy
         self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
+        self.native = _native_plan(codecs, key_indexes, self.text_fields, self.key_text) if native else None
 
     def write_row(self, row: TupleData, parts: list[bytes]) -> list[str] | None:
         """Append the ``Value`` record of ``row``; return the unchanged-TOAST column names, if any."""
@@ -268,6 +338,15 @@ class _TablePlan:
     def key_of(self, row: TupleData, fallback: TupleData | None) -> bytes | None:
         """The framed Avro key of ``row`` (``fallback`` fills unchanged-TOAST key columns), or
         ``None`` when a key column's value is not in the row."""
+        native = self.native
+        if native is not None:
+            try:
+                key: bytes | None = _native.encode_key(self.key_header, row, self.key_indexes, native.key_codes,
+                                                       native.key_scales, native.key_fns)
+            except _ROW_ERRORS:
+                key = None  # the Python loop below raises the same error, naming the column
+            if key is not None:
+                return key
         parts = [self.key_header]
         i = 0
         try:
@@ -322,13 +401,16 @@ class ChangeEncoder:
     ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
     it is asked once per (subject, schema), when a Relation version is first used, so in
     registry-less mode the schema is durable in ``_schemas`` before the first record using it.
+    ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
+    tests compare the two).
     """
 
     def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar,
                  key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
                  type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
-                 observer: EncodeObserver | None = None) -> None:
+                 observer: EncodeObserver | None = None, native: bool = True) -> None:
         schemas.check_envelope_layout()
+        self._native = native and _native is not None
         self._prefix = topic_prefix
         self._database = database
         self._registrar = registrar
@@ -413,7 +495,7 @@ class ChangeEncoder:
         return _TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
                           key_indexes=key_indexes, key_schema=key, value_schema=value,
                           key_header=key_header, value_header=value_header,
-                          toast_policy=self._toast.for_table(table))
+                          toast_policy=self._toast.for_table(table), native=self._native)
 
     def _note_schema_change(self, topic: str, table: str, value: Schema) -> None:
         """Report a table's new writer schema as compatible when a consumer holding the previous
@@ -459,6 +541,17 @@ class ChangeEncoder:
 
     def _envelope(self, plan: _TablePlan, op: bytes, before: TupleData | None, after: TupleData | None,
                   lsn: int, ctx: EventContext, snapshot: bool, in_transaction: bool) -> bytes:
+        native = plan.native
+        if native is not None:
+            source_tail, origin, transaction_id = self._context(ctx)
+            try:
+                value: bytes | None = _native.encode_envelope(
+                    plan.value_header, before, after, native.row, op, plan.source_head, lsn, source_tail, snapshot,
+                    origin, transaction_id if in_transaction else None, ctx.total_order, ctx.collection_order)
+            except _ROW_ERRORS:
+                value = None  # the Python path below raises the same error, naming the column
+            if value is not None:
+                return value
         parts = [plan.value_header]
         if before is None:
             parts.append(NULL_BRANCH)

@@ -1,0 +1,489 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled row writer: a row of pgoutput text values → the Avro bytes of the envelope.
+
+The pure-Python encoder (``envelope._TablePlan.write_row`` and ``ChangeEncoder._envelope``) is the
+reference and the fallback; this module must write exactly the same bytes (``tests/unit/encode/
+test_native.py`` compares them over generated values). Each column carries a small code naming a
+conversion done here in C (``envelope.native_code`` chooses it from the codec); anything the fast
+parser does not recognise as Postgres's canonical output (a sign it never prints, a year outside
+1000-9999, ``NaN``, ``BC``...) goes to the column's Python field encoder instead, so the C side only
+ever handles values whose result it can compute exactly.
+
+``encode_envelope`` returns ``None`` when a row holds binary or unchanged-TOAST columns: the
+Python path handles those (they need per-column bookkeeping the hot loop does not).
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    double PyOS_string_to_double(const char *s, char **endptr, object overflow_exception) except? -1.0
+
+from pgbridge.decode.messages import TupleData
+
+# Codes (``envelope.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
+cdef enum:
+    C_FALLBACK = 0
+    C_STRING = 1
+    C_LONG = 2
+    C_DECIMAL = 3
+    C_TIMESTAMPTZ = 4
+    C_TIMESTAMP = 5
+    C_DATE = 6
+    C_BOOL = 7
+    C_DOUBLE = 8
+    C_FLOAT = 9
+    BARE = 0x80
+    STACK = 1024
+
+CODES = {"fallback": C_FALLBACK, "string": C_STRING, "long": C_LONG, "decimal": C_DECIMAL,
+         "timestamptz": C_TIMESTAMPTZ, "timestamp": C_TIMESTAMP, "date": C_DATE, "bool": C_BOOL,
+         "double": C_DOUBLE, "float": C_FLOAT, "bare": BARE}
+
+
+cdef union union_bits:
+    double d
+    uint64_t u64
+    float f
+    uint32_t u32
+
+cdef struct Buf:
+    char *data
+    Py_ssize_t length
+    Py_ssize_t capacity
+    bint heap
+
+
+cdef inline int reserve(Buf *b, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t need = b.length + extra
+    cdef Py_ssize_t capacity
+    cdef char *grown
+    if need <= b.capacity:
+        return 0
+    capacity = b.capacity * 2
+    if capacity < need:
+        capacity = need
+    if b.heap:
+        grown = <char *>PyMem_Realloc(b.data, capacity)
+    else:
+        grown = <char *>PyMem_Malloc(capacity)
+        if grown != NULL:
+            memcpy(grown, b.data, b.length)
+    if grown == NULL:
+        raise MemoryError()
+    b.data = grown
+    b.capacity = capacity
+    b.heap = True
+    return 0
+
+
+cdef inline void put_byte(Buf *b, char c):
+    b.data[b.length] = c
+    b.length += 1
+
+
+cdef inline void put_varint(Buf *b, uint64_t z):
+    while z >= 0x80:
+        b.data[b.length] = <char>((z & 0x7F) | 0x80)
+        b.length += 1
+        z >>= 7
+    b.data[b.length] = <char>z
+    b.length += 1
+
+
+cdef inline void put_long(Buf *b, int64_t n):
+    put_varint(b, (<uint64_t>n << 1) ^ <uint64_t>(n >> 63))
+
+
+cdef inline int put_bytes(Buf *b, bytes data) except -1:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    reserve(b, n)
+    memcpy(b.data + b.length, PyBytes_AS_STRING(data), n)
+    b.length += n
+    return 0
+
+
+# --- parsers of Postgres's canonical text output: 1 = parsed, 0 = not canonical (use Python) ------
+
+cdef inline int parse_long(const unsigned char *p, Py_ssize_t n, int64_t *out):
+    cdef bint negative = False
+    cdef uint64_t value = 0
+    cdef Py_ssize_t i = 0
+    cdef uint64_t limit
+    if n > 0 and p[0] == 45:  # '-'
+        negative = True
+        i = 1
+    if i >= n or n - i > 19:
+        return 0
+    while i < n:
+        if p[i] < 48 or p[i] > 57:
+            return 0
+        value = value * 10 + (p[i] - 48)
+        i += 1
+    limit = (<uint64_t>1 << 63) if negative else ((<uint64_t>1 << 63) - 1)
+    if value > limit:
+        return 0
+    out[0] = <int64_t>(0 - value) if negative else <int64_t>value
+    return 1
+
+
+cdef inline int digits(const unsigned char *p, Py_ssize_t n, int *out):
+    cdef int value = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return 0
+        value = value * 10 + (p[i] - 48)
+    out[0] = value
+    return 1
+
+
+cdef int64_t POW10[19]
+POW10[0] = 1
+for _i in range(1, 19):
+    POW10[_i] = POW10[_i - 1] * 10
+
+
+cdef inline int parse_decimal(const unsigned char *p, Py_ssize_t n, int scale, int64_t *out):
+    """``[-]d+[.d+]`` with at most ``scale`` fraction digits and 18 digits in all."""
+    cdef bint negative = False
+    cdef uint64_t value = 0
+    cdef Py_ssize_t i = 0
+    cdef int whole = 0
+    cdef int frac = -1  # -1: no point seen
+    cdef unsigned char c
+    if scale < 0 or scale > 18:
+        return 0
+    if n > 0 and p[0] == 45:
+        negative = True
+        i = 1
+    if i >= n or p[i] < 48 or p[i] > 57:
+        return 0
+    while i < n:
+        c = p[i]
+        if c == 46:  # '.'
+            if frac >= 0:
+                return 0
+            frac = 0
+        elif 48 <= c <= 57:
+            value = value * 10 + (c - 48)
+            if frac >= 0:
+                frac += 1
+            else:
+                whole += 1
+        else:
+            return 0
+        i += 1
+    if frac == 0 or frac > scale:  # "1." or a fraction needing rounding: Python decides
+        return 0
+    if frac < 0:
+        frac = 0
+    if whole + scale > 18:
+        return 0
+    value *= <uint64_t>POW10[scale - frac]
+    out[0] = -<int64_t>value if negative else <int64_t>value
+    return 1
+
+
+cdef inline int64_t days_from_civil(int64_t year, int month, int day):
+    # Hinnant's days_from_civil, for years 1000-9999 only (no negative division here).
+    cdef int64_t era, yoe, doy, doe
+    if month <= 2:
+        year -= 1
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+cdef inline int days_in_month(int year, int month):
+    if month == 2:
+        return 29 if (year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)) else 28
+    if month == 4 or month == 6 or month == 9 or month == 11:
+        return 30
+    return 31
+
+
+cdef inline int parse_date(const unsigned char *p, Py_ssize_t n, int64_t *days):
+    """``YYYY-MM-DD``, years 1000-9999 (other years, BC and infinity go to Python)."""
+    cdef int year, month, day
+    if n < 10 or p[4] != 45 or p[7] != 45:
+        return 0
+    if not digits(p, 4, &year) or not digits(p + 5, 2, &month) or not digits(p + 8, 2, &day):
+        return 0
+    if year < 1000 or month < 1 or month > 12 or day < 1 or day > days_in_month(year, month):
+        return 0
+    days[0] = days_from_civil(year, month, day)
+    return 1
+
+
+cdef inline int parse_timestamp(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *out):
+    """``YYYY-MM-DD HH:MM:SS[.f{1,6}]`` and, with a zone, ``±HH[:MM[:SS]]``."""
+    cdef int64_t days
+    cdef int hour, minute, second, frac = 0, width = 0, oh, om = 0, osec = 0
+    cdef Py_ssize_t i = 19
+    cdef int64_t offset = 0
+    cdef int sign
+    if n < 19 or p[10] != 32 or p[13] != 58 or p[16] != 58:
+        return 0
+    if not parse_date(p, 10, &days):
+        return 0
+    if not digits(p + 11, 2, &hour) or not digits(p + 14, 2, &minute) or not digits(p + 17, 2, &second):
+        return 0
+    if hour > 23 or minute > 59 or second > 59:
+        return 0
+    if i < n and p[i] == 46:  # '.'
+        i += 1
+        while i < n and 48 <= p[i] <= 57:
+            if width == 6:
+                return 0
+            frac = frac * 10 + (p[i] - 48)
+            width += 1
+            i += 1
+        if width == 0:
+            return 0
+        while width < 6:
+            frac *= 10
+            width += 1
+    if with_zone:
+        if i >= n or (p[i] != 43 and p[i] != 45):
+            return 0
+        sign = -1 if p[i] == 45 else 1
+        if n - i == 3:
+            if not digits(p + i + 1, 2, &oh):
+                return 0
+        elif n - i == 6 and p[i + 3] == 58:
+            if not digits(p + i + 1, 2, &oh) or not digits(p + i + 4, 2, &om):
+                return 0
+        elif n - i == 9 and p[i + 3] == 58 and p[i + 6] == 58:
+            if not digits(p + i + 1, 2, &oh) or not digits(p + i + 4, 2, &om) or not digits(p + i + 7, 2, &osec):
+                return 0
+        else:
+            return 0
+        offset = sign * (oh * 3600 + om * 60 + osec)
+    elif i != n:
+        return 0
+    out[0] = ((days * 86400 + hour * 3600 + minute * 60 + second) - offset) * 1000000 + frac
+    return 1
+
+
+cdef inline int write_decimal(Buf *b, int64_t v):
+    """Avro decimal bytes as ``wire.write_decimal_bytes``: width ``bit_length // 8 + 1``."""
+    cdef uint64_t magnitude = <uint64_t>(-v) if v < 0 else <uint64_t>v
+    cdef int bits = 0
+    cdef int size, k
+    while magnitude:
+        bits += 1
+        magnitude >>= 1
+    size = (bits + 8) // 8
+    put_varint(b, <uint64_t>(size * 2))
+    for k in range(size - 1, -1, -1):
+        put_byte(b, <char>((v >> (8 * k)) & 0xFF))
+    return 0
+
+
+cdef inline void put_le(Buf *b, uint64_t bits, int size):
+    cdef int k
+    for k in range(size):
+        put_byte(b, <char>((bits >> (8 * k)) & 0xFF))
+
+
+cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallback) except -1:
+    """One column's field bytes: the union branch (unless bare), the value, a companion's null."""
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
+    cdef int64_t value
+    cdef Py_ssize_t i
+    cdef bint branch = not (code & BARE)
+    cdef char *end
+    cdef double d
+    cdef float f
+    cdef union_bits u
+    code &= 0x7F
+    reserve(b, 24)
+    if code == C_STRING:
+        for i in range(n):
+            if p[i] >= 0x80:
+                return put_bytes(b, fallback(raw))  # UTF-8 validation is Python's
+        if branch:
+            put_byte(b, 2)
+        put_varint(b, <uint64_t>(n * 2))
+        reserve(b, n)
+        memcpy(b.data + b.length, p, n)
+        b.length += n
+        return 0
+    if code == C_LONG:
+        if parse_long(p, n, &value):
+            if branch:
+                put_byte(b, 2)
+            put_long(b, value)
+            return 0
+    elif code == C_DECIMAL:
+        if parse_decimal(p, n, scale, &value):
+            put_byte(b, 2)
+            write_decimal(b, value)
+            put_byte(b, 0)
+            return 0
+    elif code == C_BOOL:
+        if n == 1 and (p[0] == 116 or p[0] == 102):  # 't' / 'f'
+            if branch:
+                put_byte(b, 2)
+            put_byte(b, 1 if p[0] == 116 else 0)
+            return 0
+    elif code == C_TIMESTAMPTZ or code == C_TIMESTAMP:
+        if parse_timestamp(p, n, code == C_TIMESTAMPTZ, &value):
+            put_byte(b, 2)
+            put_long(b, value)
+            put_byte(b, 0)
+            return 0
+    elif code == C_DATE:
+        if n == 10 and parse_date(p, n, &value):
+            put_byte(b, 2)
+            put_long(b, value)
+            put_byte(b, 0)
+            return 0
+    elif code == C_DOUBLE or code == C_FLOAT:
+        if n > 0 and (48 <= p[0] <= 57 or p[0] == 45):
+            d = PyOS_string_to_double(<const char *>p, &end, None)
+            if end == <char *>p + n:
+                if branch:
+                    put_byte(b, 2)
+                if code == C_DOUBLE:
+                    u.d = d
+                    put_le(b, u.u64, 8)
+                    return 0
+                f = <float>d
+                if f - f == 0:  # finite after narrowing (Postgres's float4 text always is)
+                    u.f = f
+                    put_le(b, u.u32, 4)
+                    return 0
+                b.length -= branch
+    return put_bytes(b, fallback(raw))
+
+
+cdef int write_row(Buf *b, object row, const unsigned char *codes, const unsigned char *scales,
+                   tuple fns, tuple nulls) except -1:
+    """The Value record of a row; 1 when written, 0 when a column is neither text nor null."""
+    cdef bytes kinds = row.kinds
+    cdef tuple values = row.values
+    cdef const unsigned char *k = <const unsigned char *>PyBytes_AS_STRING(kinds)
+    cdef Py_ssize_t ncols = PyTuple_GET_SIZE(fns)
+    cdef Py_ssize_t i
+    cdef object value
+    if PyBytes_GET_SIZE(kinds) != ncols or PyTuple_GET_SIZE(values) != ncols:
+        return 0
+    for i in range(ncols):
+        if k[i] == 116:  # 't'
+            value = <object>PyTuple_GET_ITEM(values, i)
+            if type(value) is not bytes:
+                return 0
+            write_text_field(b, codes[i], scales[i], <bytes>value, <object>PyTuple_GET_ITEM(fns, i))
+        elif k[i] == 110:  # 'n'
+            put_bytes(b, <bytes>PyTuple_GET_ITEM(nulls, i))
+        else:
+            return 0
+    return 1
+
+
+cdef class RowCodes:
+    """A Relation version's per-column codes, scales, field encoders and null fields."""
+
+    cdef bytes codes
+    cdef bytes scales
+    cdef tuple fns
+    cdef tuple nulls
+
+    def __init__(self, codes: bytes, scales: bytes, fns: tuple, nulls: tuple) -> None:
+        if not (len(codes) == len(scales) == len(fns) == len(nulls)):
+            raise ValueError("codes, scales, encoders and null fields differ in length")
+        self.codes = codes
+        self.scales = scales
+        self.fns = fns
+        self.nulls = nulls
+
+
+def encode_envelope(bytes header, object before, object after, RowCodes row, bytes op, bytes source_head,
+                    int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
+                    int64_t total_order, int64_t collection_order):
+    """The framed envelope (see ``ChangeEncoder._envelope``), or ``None`` for the Python path."""
+    cdef char stack[STACK]
+    cdef Buf b
+    cdef const unsigned char *codes = <const unsigned char *>PyBytes_AS_STRING(row.codes)
+    cdef const unsigned char *scales = <const unsigned char *>PyBytes_AS_STRING(row.scales)
+    b.data = stack
+    b.length = 0
+    b.capacity = STACK
+    b.heap = False
+    try:
+        put_bytes(&b, header)
+        reserve(&b, 2)
+        if before is None:
+            put_byte(&b, 0)
+        else:
+            put_byte(&b, 2)
+            if not write_row(&b, before, codes, scales, row.fns, row.nulls):
+                return None
+        reserve(&b, 2)
+        if after is None:
+            put_byte(&b, 0)
+        else:
+            put_byte(&b, 2)
+            if not write_row(&b, after, codes, scales, row.fns, row.nulls):
+                return None
+        put_bytes(&b, op)
+        put_bytes(&b, source_head)
+        reserve(&b, 10)
+        put_long(&b, lsn)
+        put_bytes(&b, source_tail)
+        reserve(&b, 1)
+        put_byte(&b, 1 if snapshot else 0)
+        put_bytes(&b, origin)
+        reserve(&b, 24)
+        if transaction_id is None:
+            put_byte(&b, 0)
+        else:
+            put_byte(&b, 2)
+            put_bytes(&b, <bytes>transaction_id)
+            reserve(&b, 20)
+            put_long(&b, total_order)
+            put_long(&b, collection_order)
+        put_byte(&b, 0)  # unchanged_toast_columns: empty (no 'u' column reaches this path)
+        return PyBytes_FromStringAndSize(b.data, b.length)
+    finally:
+        if b.heap:
+            PyMem_Free(b.data)
+
+
+def encode_key(bytes header, object row, tuple indexes, bytes codes, bytes scales, tuple fns):
+    """The framed key of an all-text key (``_TablePlan.key_of``), or ``None`` for the Python path."""
+    cdef char stack[256]
+    cdef Buf b
+    cdef bytes kinds = row.kinds
+    cdef tuple values = row.values
+    cdef const unsigned char *k = <const unsigned char *>PyBytes_AS_STRING(kinds)
+    cdef const unsigned char *c = <const unsigned char *>PyBytes_AS_STRING(codes)
+    cdef const unsigned char *sc = <const unsigned char *>PyBytes_AS_STRING(scales)
+    cdef Py_ssize_t j, i, nkinds = PyBytes_GET_SIZE(kinds)
+    cdef object value
+    b.data = stack
+    b.length = 0
+    b.capacity = 256
+    b.heap = False
+    try:
+        put_bytes(&b, header)
+        for j in range(PyTuple_GET_SIZE(indexes)):
+            i = <Py_ssize_t><object>PyTuple_GET_ITEM(indexes, j)
+            if i >= nkinds or k[i] != 116:
+                return None
+            value = values[i]
+            if type(value) is not bytes:
+                return None
+            write_text_field(&b, c[j], sc[j], <bytes>value, <object>PyTuple_GET_ITEM(fns, j))
+        return PyBytes_FromStringAndSize(b.data, b.length)
+    finally:
+        if b.heap:
+            PyMem_Free(b.data)

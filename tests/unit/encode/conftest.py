@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from tests.support.kernels import kernel_fixture
+
+kernel = kernel_fixture("pgbridge.encode.envelope", "pgbridge.encode._native")
