@@ -18,7 +18,6 @@ ever confirmed before Kafka acknowledged it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -68,6 +67,7 @@ from pgbridge.metrics import (
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
+from pgbridge.slotted import slot_setters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import ChunkSink, SnapshotInterrupted, run_initial_snapshot
 from pgbridge.snapshot.progress import ProgressStore
@@ -190,17 +190,8 @@ class _OpenTransaction:
         self.event_bytes[table] = self.event_bytes.get(table, 0) + nbytes
 
 
-def _order_setters() -> tuple[Callable[[EventContext, int], None], Callable[[EventContext, int], None]]:
-    """Slot setters of ``EventContext``'s two order fields, refusing to load if it stops being a
-    plain slotted dataclass (a ``__post_init__`` or derived field would be bypassed)."""
-    names = {f.name for f in dataclasses.fields(EventContext)}
-    if not {"total_order", "collection_order"} <= names or hasattr(EventContext, "__post_init__") \
-            or "__slots__" not in vars(EventContext):
-        raise RuntimeError("EventContext is no longer a slotted dataclass with total_order/collection_order")
-    return (vars(EventContext)["total_order"].__set__, vars(EventContext)["collection_order"].__set__)
-
-
-_set_total_order, _set_collection_order = _order_setters()
+_set_total_order, _set_collection_order = slot_setters(EventContext, "total_order", "collection_order",
+                                                         exhaustive=False)
 
 
 class Session:

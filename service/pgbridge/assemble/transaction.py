@@ -43,6 +43,7 @@ import enum
 import pathlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from pgbridge.assemble.prepared import PreparedTransactions
 from pgbridge.assemble.relations import RelationCache
@@ -83,6 +84,7 @@ from pgbridge.decode.messages import (
 from pgbridge.errors import InvariantError
 from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK
+from pgbridge.slotted import new_instance, slot_setters
 
 ChangeMessage = Insert | Update | Delete | Truncate | LogicalMessage | Origin
 OUTCOMES = (OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK)
@@ -108,22 +110,44 @@ class _PlainTransaction:
     final_lsn: Lsn
 
 
+_set_op, _set_relation, _set_lsn, _set_old_kind, _set_old, _set_new = slot_setters(
+    RowChange, "op", "relation", "lsn", "old_kind", "old", "new")
+
+
 def change_event(msg: ChangeMessage, wal_start: Lsn, relation_of: RelationLookup) -> BufferedEvent:
-    """The event for one change message; ``relation_of`` resolves the Relation in force now."""
-    if isinstance(msg, Insert):
-        return RowChange(op="c", relation=relation_of(msg.rel_id), lsn=wal_start,
-                         old_kind=None, old=None, new=msg.new)
-    if isinstance(msg, Update):
-        return RowChange(op="u", relation=relation_of(msg.rel_id), lsn=wal_start,
-                         old_kind=msg.old_kind, old=msg.old, new=msg.new)
-    if isinstance(msg, Delete):
-        return RowChange(op="d", relation=relation_of(msg.rel_id), lsn=wal_start,
-                         old_kind=msg.old_kind, old=msg.old, new=None)
+    """The event for one change message; ``relation_of`` resolves the Relation in force now.
+
+    Row changes, one per row, are built through their slots (see ``pgbridge.slotted``)."""
+    kind = type(msg)
+    if kind is Insert or kind is Update or kind is Delete:
+        row = cast(Insert | Update | Delete, msg)
+        change = new_instance(RowChange)
+        _set_relation(change, relation_of(row.rel_id))
+        _set_lsn(change, wal_start)
+        if kind is Insert:
+            _set_op(change, "c")
+            _set_old_kind(change, None)
+            _set_old(change, None)
+            _set_new(change, cast(Insert, msg).new)
+        elif kind is Update:
+            update = cast(Update, msg)
+            _set_op(change, "u")
+            _set_old_kind(change, update.old_kind)
+            _set_old(change, update.old)
+            _set_new(change, update.new)
+        else:
+            delete = cast(Delete, msg)
+            _set_op(change, "d")
+            _set_old_kind(change, delete.old_kind)
+            _set_old(change, delete.old)
+            _set_new(change, None)
+        return change
     if isinstance(msg, Truncate):
         return TruncateChange(relations=tuple(relation_of(rel_id) for rel_id in msg.rel_ids),
                               options=msg.options, lsn=wal_start)
     if isinstance(msg, LogicalMessage):
         return MessageChange(prefix=msg.prefix, content=msg.content, lsn=msg.lsn)
+    assert isinstance(msg, Origin)
     return TxOrigin(name=msg.name, origin_lsn=msg.origin_lsn)
 
 

@@ -18,7 +18,6 @@ field at fault (offsets count from the tag byte, which is offset 0).
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias, cast
@@ -52,6 +51,7 @@ from pgbridge.decode.messages import (
 from pgbridge.decode.reader import Layout, Reader, trailing, truncated, unpack_u32
 from pgbridge.errors import DecodeError, InvariantError
 from pgbridge.lsn import Lsn
+from pgbridge.slotted import new_instance, slot_setters
 
 _native: Any = _native_switch.load("pgbridge.decode._native")  # the compiled twin of ``_tuple``'s loop
 
@@ -70,28 +70,14 @@ _OLD: Final = 0x4F  # 'O' old full row follows
 
 # --- hot path: TupleData, Insert, Update, Delete ------------------------------------------------
 
-_SlotSet = Callable[[object, object], None]
-_new = object.__new__
+_new = new_instance
 
 
-def _slot_setters(cls: type[Any], *names: str) -> tuple[_SlotSet, ...]:
-    """Slot descriptor setters for ``cls``'s fields, refusing to load if its layout has drifted.
-
-    Filling a frozen dataclass this way is only equivalent to calling it while the fields are
-    exactly ``names`` and there is no ``__post_init__``; checked once at import so a change to
-    ``messages.py`` fails loudly instead of producing half-built objects.
-    """
-    actual = tuple(field.name for field in dataclasses.fields(cls))
-    if actual != names or hasattr(cls, "__post_init__"):
-        raise RuntimeError(f"{cls.__name__} fields are {actual}, decoder expects {names}")
-    return tuple(cast(_SlotSet, getattr(cls, name).__set__) for name in names)
-
-
-_set_kinds, _set_values = _slot_setters(TupleData, "kinds", "values")
-_set_ins_xid, _set_ins_rel, _set_ins_new = _slot_setters(Insert, "xid", "rel_id", "new")
-_set_upd_xid, _set_upd_rel, _set_upd_old_kind, _set_upd_old, _set_upd_new = _slot_setters(
+_set_kinds, _set_values = slot_setters(TupleData, "kinds", "values")
+_set_ins_xid, _set_ins_rel, _set_ins_new = slot_setters(Insert, "xid", "rel_id", "new")
+_set_upd_xid, _set_upd_rel, _set_upd_old_kind, _set_upd_old, _set_upd_new = slot_setters(
     Update, "xid", "rel_id", "old_kind", "old", "new")
-_set_del_xid, _set_del_rel, _set_del_old_kind, _set_del_old = _slot_setters(
+_set_del_xid, _set_del_rel, _set_del_old_kind, _set_del_old = slot_setters(
     Delete, "xid", "rel_id", "old_kind", "old")
 
 # Relation oid, the part marker ('N', 'K' or 'O') and the following TupleData's column count,
