@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint unit integration bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the Cython kernels too: the editable install builds the kernels in place.
+$(STAMP): pyproject.toml setup.py $(wildcard service/pgbridge/*/_native.pyx)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
@@ -19,7 +20,7 @@ demo: install
 	$(VENV)/bin/pgbridge demo
 
 lint: install
-	$(VENV)/bin/ruff check service tests bench spark
+	$(VENV)/bin/ruff check service tests bench spark setup.py
 	$(VENV)/bin/mypy
 
 test: lint

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import psycopg
 
+from pgbridge import native
 from pgbridge.ack.feedback import FeedbackPolicy
 from pgbridge.ack.tracker import AckTracker, PublishSlot
 from pgbridge.assemble.transaction import TransactionAssembler
@@ -288,7 +289,8 @@ class Session:
         self.health.streaming = True
         self.metrics.streaming.set(1)
         log.info("replicating", extra={"slot": pg.slot, "publication": pg.publication,
-                                       "proto_version": proto, "server_version": self.repl.server_version})
+                                       "proto_version": proto, "server_version": self.repl.server_version,
+                                       "compiled_kernels": sorted(m for m, on in native.status().items() if on)})
 
     def _create_slot(self, database: str, pending: str, records: dict[str, dict[str, Any]]) -> None:
         """Create the slot; with snapshot.mode=initial, through the initial snapshot (snapshot/initial.py)."""
