@@ -104,13 +104,13 @@ BINARY_COLUMNS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("chr", '"char"', "'a'", {"chr": "a"}),
     ("ipa", "inet[]", "'{192.168.0.1/24,NULL,::1}'", {"ipa": ["192.168.0.1/24", None, "::1"], "ipa__text": None}),
     ("bxa", "box[]", "'{((0,0),(1,1));((2,2),(3,3))}'", {"bxa": ["(1,1),(0,0)", "(3,3),(2,2)"], "bxa__text": None}),
+    ("comp", "pair", "'(1,\"x y\")'", {"comp": {"a": 1, "b": "x y"}, "comp__text": None}),
     ("f8a", "float8[]", "'{{1e15,0.1},{-0,NaN}}'", {"f8a": None, "f8a__text": "{{1e+15,0.1},{-0,NaN}}"}),
 ]
 # Types pgbridge reads only as text: Postgres's text output, exactly (binary mode stops on them).
 TEXT_COLUMNS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("m", "money", "12.34", {"m": "$12.34"}),
     ("rc", "regclass", "'pg_class'", {"rc": "pg_class"}),
-    ("comp", "pair", "'(1,\"x y\")'", {"comp": '(1,"x y")'}),
 ]
 
 

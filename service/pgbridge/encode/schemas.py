@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any, Final
 
 from pgbridge.decode.messages import Column, Relation
-from pgbridge.encode.typemap import TypeCatalog, TypeCodec, TypeNames, codec_for
+from pgbridge.encode.typemap import (
+    TypeCatalog,
+    TypeCodec,
+    TypeNames,
+    avro_name,
+    codec_for,
+    define_named_types_once,
+    distinct_avro_names,
+)
 from pgbridge.encode.wire import PRIMITIVES
 from pgbridge.errors import SchemaError
 
@@ -152,16 +159,6 @@ def check_envelope_layout() -> None:
 
 # --- names ----------------------------------------------------------------------------------------
 
-_INVALID_NAME_CHAR: Final = re.compile(r"[^A-Za-z0-9_]")
-_VALID_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def avro_name(text: str) -> str:
-    """A valid Avro name for ``text``: other characters become ``_``, a leading digit gets ``_``."""
-    name = _INVALID_NAME_CHAR.sub("_", text)
-    return name if name and not name[0].isdigit() else f"_{name}"
-
-
 def table_namespace(topic_prefix: str, schema: str, table: str) -> str:
     """``{prefix}.{schema}.{table}`` as an Avro namespace; the prefix may itself contain dots."""
     parts = [avro_name(p) for p in topic_prefix.split(".")]
@@ -174,20 +171,7 @@ def field_names(columns: Iterable[Column]) -> tuple[str, ...]:
     Names that are already valid keep priority, so ``a_b`` stays ``a_b`` even if a column
     ``a-b`` comes first; that one becomes ``a_b_2``.
     """
-    names = [c.name for c in columns]
-    out: list[str | None] = [n if _VALID_NAME.fullmatch(n) else None for n in names]
-    used = {n for n in out if n is not None}
-    for i, name in enumerate(names):
-        if out[i] is not None:
-            continue
-        base = candidate = avro_name(name)
-        suffix = 2
-        while candidate in used:
-            candidate = f"{base}_{suffix}"
-            suffix += 1
-        used.add(candidate)
-        out[i] = candidate
-    return tuple(n for n in out if n is not None)
+    return distinct_avro_names([c.name for c in columns])
 
 
 COMPANION_SUFFIX: Final = "__text"
@@ -251,26 +235,11 @@ def _fields(names: tuple[str, ...], columns: tuple[Column, ...], codecs: tuple[T
 def _define_named_types_once(fields: list[Schema]) -> list[Schema]:
     """Avro allows one definition per named type in a schema: later uses become references.
 
-    Shared records (``pgbridge.types.Interval``, range records) appear once per column using them.
+    Shared records (``pgbridge.types.Interval``, range and composite records) appear once per
+    column using them.
     """
     defined: set[str] = set()
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, list):
-            return [walk(n) for n in node]
-        if not isinstance(node, dict):
-            return node
-        if node.get("type") == "record":
-            full = _full(node["name"], node.get("namespace"))
-            if full in defined:
-                return full
-            defined.add(full)
-            return {**node, "fields": [{**f, "type": walk(f["type"])} for f in node["fields"]]}
-        if node.get("type") == "array":
-            return {**node, "items": walk(node["items"])}
-        return node
-
-    return [{**f, "type": walk(f["type"])} for f in fields]
+    return [{**f, "type": define_named_types_once(f["type"], defined)} for f in fields]
 
 
 def row_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...],

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import binascii
 import math
+import re
 import struct
 import uuid
 from collections.abc import Callable, Mapping
@@ -1027,6 +1028,56 @@ def _range_avro(name: str, element: TypeCodec) -> dict[str, Any]:
         {"name": "empty", "type": "boolean"}]}
 
 
+_INVALID_NAME_CHAR: Final = re.compile(r"[^A-Za-z0-9_]")
+_VALID_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def avro_name(text: str) -> str:
+    """A valid Avro name for ``text``: other characters become ``_``, a leading digit gets ``_``."""
+    name = _INVALID_NAME_CHAR.sub("_", text)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def distinct_avro_names(names: list[str]) -> tuple[str, ...]:
+    """One distinct, valid Avro name per input name, in order.
+
+    Names that are already valid keep priority, so ``a_b`` stays ``a_b`` even if ``a-b`` comes
+    first; that one becomes ``a_b_2``.
+    """
+    out: list[str | None] = [n if _VALID_NAME.fullmatch(n) else None for n in names]
+    used = {n for n in out if n is not None}
+    for i, name in enumerate(names):
+        if out[i] is not None:
+            continue
+        base = candidate = avro_name(name)
+        suffix = 2
+        while candidate in used:
+            candidate = f"{base}_{suffix}"
+            suffix += 1
+        used.add(candidate)
+        out[i] = candidate
+    return tuple(n for n in out if n is not None)
+
+
+def define_named_types_once(node: Any, defined: set[str]) -> Any:
+    """``node`` with every named record after its first definition (full names in ``defined``)
+    replaced by a reference to it: Avro allows one definition per name in a schema."""
+    if isinstance(node, list):
+        return [define_named_types_once(n, defined) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "record":
+        name, namespace = node["name"], node.get("namespace")
+        full = name if "." in name or not namespace else f"{namespace}.{name}"
+        if full in defined:
+            return full
+        defined.add(full)
+        return {**node, "fields": [{**f, "type": define_named_types_once(f["type"], defined)} for f in node["fields"]]}
+    if node.get("type") == "array":
+        return {**node, "items": define_named_types_once(node["items"], defined)}
+    return node
+
+
 def avro_type_name(pg_name: str) -> str:
     """``int4range`` → ``Int4range``: a record name for a Postgres type."""
     cleaned = "".join(c if c.isalnum() else "_" for c in pg_name)
@@ -1754,10 +1805,203 @@ class PgTypeInfo:
     element_oid: int  # typelem of an array
     delimiter: str  # typdelim
     send: str  # prosrc of typsend: the C function, which is what tells the binary format
+    attributes: tuple[CompositeAttribute, ...] = ()  # a composite's live attributes, in attnum order
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeAttribute:
+    """One attribute of a composite type (``pg_attribute`` of its ``typrelid``, dropped ones left out)."""
+
+    name: str
+    type_oid: int
+    type_modifier: int
 
 
 TypeCatalog = Callable[[int], "PgTypeInfo | None"]
 """``oid → PgTypeInfo``, ``None`` when the type is unknown."""
+
+
+# --- composite types ------------------------------------------------------------------------------
+
+_RECORD_QUOTE_TRIGGERS: Final = frozenset('"\\(),') | frozenset(" \t\n\v\f\r")  # C isspace
+
+
+def parse_record_literal(text: bytes) -> list[bytes | None]:
+    r"""``record_out`` text ``(1,"a b",,"")`` → the fields' texts, ``None`` for NULL.
+
+    Follows ``record_in``: a field is NULL only when it is empty and unquoted; inside double quotes
+    ``""`` is a quote and ``\x`` is ``x``, outside them ``\x`` is ``x``; nothing is trimmed. Raises
+    ``ValueError`` on a malformed literal. A one-field record holding NULL and a record of no
+    fields both print ``()``: this returns ``[None]``, the caller knows how many fields it has.
+    """
+    if text[:1] != b"(":
+        raise ValueError("record literal must start with '('")
+    fields: list[bytes | None] = []
+    pos, n = 1, len(text)
+    try:
+        while True:
+            buf = bytearray()
+            quoted = False
+            while text[pos] not in b",)":
+                c = text[pos]
+                if c == 0x22:  # '"'
+                    quoted = True
+                    pos += 1
+                    while True:
+                        c = text[pos]
+                        if c == 0x5C:
+                            buf.append(text[pos + 1])
+                            pos += 2
+                        elif c == 0x22:
+                            if text[pos + 1] == 0x22:
+                                buf.append(0x22)
+                                pos += 2
+                            else:
+                                pos += 1
+                                break
+                        else:
+                            buf.append(c)
+                            pos += 1
+                elif c == 0x5C:
+                    buf.append(text[pos + 1])
+                    pos += 2
+                else:
+                    buf.append(c)
+                    pos += 1
+            fields.append(bytes(buf) if buf or quoted else None)
+            pos += 1
+            if text[pos - 1] == 0x29:  # ')'
+                break
+    except IndexError:
+        raise ValueError("unterminated record literal") from None
+    if pos != n:
+        raise ValueError("junk after record literal")
+    return fields
+
+
+def quote_record_field(text: str) -> str:
+    """A field as ``record_out`` writes it: double-quoted (``"`` and ``\\`` doubled) when empty or
+    when it holds a quote, backslash, parenthesis, comma or white space."""
+    if text and not any(c in _RECORD_QUOTE_TRIGGERS for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '""') + '"'
+
+
+def record_literal(fields: list[str | None]) -> str:
+    """The ``record_out`` text of the fields' texts (``None`` for NULL)."""
+    return "(" + ",".join("" if f is None else quote_record_field(f) for f in fields) + ")"
+
+
+_unpack_record_field = struct.Struct("!Ii").unpack_from
+
+
+def _record_fields_of_binary(raw: bytes) -> list[tuple[int, bytes | None]]:
+    """``record_send``: field count, then per live attribute its type OID and length-prefixed value."""
+    (count,) = _unpack_int4(raw[:4])
+    pos = 4
+    out: list[tuple[int, bytes | None]] = []
+    for _ in range(count):
+        oid, size = _unpack_record_field(raw, pos)
+        pos += 8
+        if size < 0:
+            out.append((oid, None))
+        else:
+            out.append((oid, raw[pos:pos + size]))
+            pos += size
+    return out
+
+
+CompositeMember = tuple["CompositeAttribute", TypeCodec]
+
+
+def _composite_avro(info: PgTypeInfo, members: list[CompositeMember]) -> dict[str, Any]:
+    """A record ``pgbridge.types.<schema>.<type>`` of nullable fields in attribute order; renamed
+    fields keep the attribute's name in ``pg_name``, like row fields do."""
+    fields = []
+    for field_name, (attribute, codec) in zip(distinct_avro_names([a.name for a, _ in members]), members,
+                                              strict=True):
+        avro_field: dict[str, Any] = {"name": field_name, "type": ["null", codec.avro], "default": None,
+                                      "pg_type": codec.pg_type}
+        if field_name != attribute.name:
+            avro_field["pg_name"] = attribute.name
+        avro_field.update(codec.attributes)
+        fields.append(avro_field)
+    record = {"type": "record", "name": avro_name(info.name),
+              "namespace": f"pgbridge.types.{avro_name(info.namespace)}", "fields": fields}
+    result: dict[str, Any] = define_named_types_once(record, set())
+    return result
+
+
+def _composite_codec(name: str, info: PgTypeInfo, members: list[CompositeMember]) -> TypeCodec:
+    """A composite as an Avro record of its attributes.
+
+    Always a companion: a value the record cannot hold exactly goes whole, as its ``record_out``
+    literal, to ``{column}__text``. That covers an attribute value its field cannot hold
+    (``infinity`` in a date attribute) and a value whose shape no longer matches the attributes
+    read from the catalog (``ALTER TYPE ... ADD/DROP ATTRIBUTE`` reaches the encoder only with the
+    next Relation message, which Postgres does not send for it).
+    """
+    count = len(members)
+    oids = [attribute.type_oid for attribute, _ in members]
+    texts = [codec.from_text for _, codec in members]
+    binaries = [codec.from_binary for _, codec in members]
+    texts_of_binary = [codec.text_of_binary for _, codec in members]
+    writers = [codec.write for _, codec in members]
+
+    def from_text(raw: bytes) -> tuple[Any, ...]:
+        try:
+            fields = parse_record_literal(raw)
+            if len(fields) != count:
+                raise Unrepresentable()
+            return tuple(None if f is None else convert(f) for f, convert in zip(fields, texts, strict=True))
+        except (Unrepresentable, ValueError):
+            raise Unrepresentable() from None
+
+    def field_text(oid: int, value: bytes, known: Callable[[bytes], str] | None) -> str:
+        convert = known
+        if convert is None:
+            builtin = _builtin_codec(oid, -1)
+            convert = builtin.text_of_binary if builtin is not None else None
+        if convert is None:
+            raise Unrepresentable()
+        return convert(value)
+
+    def text_of_binary(raw: bytes) -> str:
+        fields = _record_fields_of_binary(raw)
+        matching = [oid for oid, _ in fields] == oids
+        return record_literal([None if value is None else
+                               field_text(oid, value, texts_of_binary[i] if matching else None)
+                               for i, (oid, value) in enumerate(fields)])
+
+    def literal_or_none(raw: bytes) -> str | None:
+        try:
+            return text_of_binary(raw)
+        except Unrepresentable:
+            return None
+
+    def from_binary(raw: bytes) -> tuple[Any, ...]:
+        fields = _record_fields_of_binary(raw)
+        if [oid for oid, _ in fields] != oids:
+            raise Unrepresentable(literal_or_none(raw))
+        try:
+            return tuple(None if value is None else convert(value)  # type: ignore[misc]
+                         for (_, value), convert in zip(fields, binaries, strict=True))
+        except Unrepresentable:
+            raise Unrepresentable(literal_or_none(raw)) from None
+
+    def write(value: tuple[Any, ...]) -> bytes:
+        return b"".join(NULL_BRANCH if v is None else VALUE_BRANCH + w(v) for v, w in zip(value, writers, strict=True))
+
+    def text_of_binary_or_raise(raw: bytes) -> str:
+        text = literal_or_none(raw)
+        if text is None:
+            raise EncodeError(f"a binary value of type {name} has an attribute pgbridge cannot print as text",
+                              hint=_BINARY_HINT)
+        return text
+
+    return TypeCodec(name, _composite_avro(info, members), from_text,
+                     from_binary if all(b is not None for b in binaries) else None, write, companion=True,
+                     text_of_binary=text_of_binary_or_raise if all(t is not None for t in texts_of_binary) else None)
 
 # C send functions whose binary form is the value's text in the client encoding.
 _TEXT_SEND: Final = frozenset({"textsend", "enum_send", "varcharsend", "bpcharsend", "xml_send", "json_send"})
@@ -1816,6 +2060,10 @@ def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = 
         element_info = catalog(info.element_oid) if catalog is not None else None
         delimiter = (element_info.delimiter if element_info is not None else info.delimiter) or ","
         return _array_codec(name, element, delimiter.encode())
+    if info.kind == "c" and info.attributes:
+        members = [(a, codec_for(a.type_oid, a.type_modifier, type_names, catalog, _depth + 1))
+                   for a in info.attributes]
+        return _composite_codec(name, info, members)
     if info.send in _TEXT_SEND or info.kind == "e":
         return _text_codec(name, text_from_utf8)
     if info.send == "hstore_send":
