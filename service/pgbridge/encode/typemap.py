@@ -53,6 +53,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Final
@@ -1296,17 +1297,51 @@ def _digits_inside(exact: Fraction, low: Fraction, high: Fraction, length: int, 
     raise ValueError("no decimal of 17 digits inside a double's rounding interval")
 
 
-def float8_text(value: float) -> str:
-    """``float8out`` with ``extra_float_digits > 0`` (Postgres 12+): the shortest exact digits,
-    fixed-point for decimal exponents -4 to 14, else ``d.ddde+XX``; ``NaN``, ``±Infinity``, ``-0``."""
+def _special_float_text(value: float) -> str | None:
     if value != value:
         return "NaN"
     if value in (_INF, -_INF):
         return "Infinity" if value > 0 else "-Infinity"
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
+    return None
+
+
+def float8_text(value: float) -> str:
+    """``float8out`` with ``extra_float_digits > 0`` (Postgres 12+): the shortest exact digits,
+    fixed-point for decimal exponents -4 to 14, else ``d.ddde+XX``; ``NaN``, ``±Infinity``, ``-0``."""
+    special = _special_float_text(value)
+    if special is not None:
+        return special
     digits, exponent = _shortest_digits(value)
-    if -4 <= exponent < 15:
+    return _float_layout(value < 0, digits, exponent, 15)
+
+
+_pack_float4, _unpack_float4_bits = struct.Struct("!f").pack, struct.Struct("!I").unpack
+_pack_float4_bits = struct.Struct("!I").pack
+
+
+def float4_text(value: float) -> str:
+    """``float4out`` with ``extra_float_digits > 0``: the shortest digits that read back to the same
+    ``float4`` (never the point halfway to a neighbour), fixed-point for exponents -4 to 5."""
+    special = _special_float_text(value)
+    if special is not None:
+        return special
+    magnitude = abs(value)
+    (bits,) = _unpack_float4_bits(_pack_float4(magnitude))
+    below = _unpack_float4(_pack_float4_bits(bits - 1))[0]
+    above = _unpack_float4(_pack_float4_bits(bits + 1))[0]
+    exact = Fraction(magnitude)
+    low = (exact + Fraction(below)) / 2
+    high = (exact + Fraction(above)) / 2 if above != _INF else exact + (exact - low)
+    digits, exponent = _digits_inside(exact, low, high, 1, Decimal(magnitude).adjusted())
+    return _float_layout(value < 0, digits, exponent, 6)
+
+
+def _float_layout(negative: bool, digits: str, exponent: int, fixed_below: int) -> str:
+    """Ryu's layout in Postgres: fixed-point for decimal exponents from -4 to ``fixed_below - 1``
+    (no trailing ``.0``), else one digit, the rest after a point, and ``e±XX``."""
+    if -4 <= exponent < fixed_below:
         point = exponent + 1
         if point <= 0:
             text = "0." + "0" * -point + digits
@@ -1317,7 +1352,7 @@ def float8_text(value: float) -> str:
     else:
         text = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "") + \
             f"e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    return f"-{text}" if value < 0 else text
+    return f"-{text}" if negative else text
 
 
 def _float8s(raw: bytes, count: int, offset: int = 0) -> list[str]:
@@ -1629,15 +1664,6 @@ def _float_binary(unpack: Callable[[bytes], tuple[Any, ...]]) -> Converter:
     return convert
 
 
-def format_float(value: float) -> str:
-    """A float literal Postgres reads back to the same value (``NaN``, ``Infinity`` spelled its way)."""
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(value)
-
-
 def _as_text(convert: Converter, formatter: Callable[[Any], str] = str) -> Callable[[bytes], str]:
     return lambda raw: formatter(convert(raw))
 
@@ -1715,7 +1741,7 @@ _BUILTINS: Final[tuple[BuiltinType, ...]] = (
     BuiltinType(628, "line", 629, _string_like(from_binary=_line_text_of_binary)),
     BuiltinType(650, "cidr", 651, _string_like(from_binary=_inet_text_of_binary)),
     BuiltinType(700, "float4", 1021, _fixed("float", _float_from_text, _float4_binary, write_float,
-                                            text_of_binary=_as_text(_float4_binary, format_float))),
+                                            text_of_binary=_as_text(_float4_binary, float4_text))),
     BuiltinType(701, "float8", 1022, _fixed("double", _float_from_text, _float8_binary, write_double,
                                             text_of_binary=_as_text(_float8_binary, float8_text))),
     BuiltinType(718, "circle", 719, _string_like(from_binary=_circle_text_of_binary)),

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.encode.typemap import BUILTIN_TYPES, EncodeError, codec_for, float8_text
+from pgbridge.encode.typemap import BUILTIN_TYPES, EncodeError, codec_for, float4_text, float8_text
 from tests.unit.encode.test_typemap import field
 
 INET, CIDR, MACADDR, MACADDR8, BIT, VARBIT = 869, 650, 829, 774, 1560, 1562
@@ -154,6 +154,29 @@ def test_float8_text_reads_back_to_the_same_double(value: float) -> None:
     assert struct.pack("!d", float(text)) == struct.pack("!d", value)
     mantissa = text.lstrip("-").split("e")[0]
     assert not ("." in mantissa and mantissa.endswith("0")), "no trailing zeros after the point"
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.1, "0.1"), (123456.0, "123456"), (1234567.0, "1.234567e+06"), (1e6, "1e+06"), (0.0001, "0.0001"),
+    (1e-5, "1e-05"), (16777216.0, "1.6777216e+07"), (3.4028234663852886e38, "3.4028235e+38"), (1e-45, "1e-45"),
+    (-0.0, "-0"), (math.inf, "Infinity"), (math.nan, "NaN"), (-2.5, "-2.5"),
+])
+def test_float4_text_is_float4out_with_extra_float_digits(value: float, text: str) -> None:
+    assert float4_text(struct.unpack("!f", struct.pack("!f", value))[0]) == text
+
+
+@given(st.floats(width=32, allow_nan=False))
+def test_float4_text_reads_back_to_the_same_float4(value: float) -> None:
+    text = float4_text(value)
+    assert struct.pack("!f", float(text)) == struct.pack("!f", value)
+    assert len(text.lstrip("-").split("e")[0].replace(".", "").strip("0")) <= 9
+
+
+def test_a_float4_array_the_avro_array_cannot_hold_gets_postgres_text_in_binary_too() -> None:
+    sent = bytes.fromhex("0000000200000000000002bc00000001000000010000000200000001000000043dcccccd00000004"
+                         "49742400")
+    codec = codec_for(1021, -1)
+    assert field(codec, sent, binary=True) == field(codec, b"{{0.1,1e+06}}") == (None, "{{0.1,1e+06}}")
 
 
 def _tsquery_chain(count: int) -> bytes:
