@@ -31,16 +31,18 @@ Other choices, in short:
 * Text forms are parsed as Postgres prints them with ``DateStyle=ISO``, ``IntervalStyle=postgres``,
   ``bytea_output`` hex or escape and ``client_encoding=UTF8`` (see ``source/connection.py``).
 * Domains encode as their base type (named after the domain); arrays of catalog types as arrays
-  of their element's codec; enums, composite types, ``money``, geometric, network and text-search
-  types, and any unknown OID are ``string`` with Postgres's text: always exact and decodable.
+  of their element's codec; composite types as records of their attributes (a companion: a value
+  the record cannot hold goes whole to ``__text``); enums, ``money``, geometric, network and
+  text-search types, and any unknown OID are ``string`` with Postgres's text: always exact and
+  decodable.
 * Binary (pgoutput ``binary 'true'``, a session-wide option) sends every type that has a send
   function in binary. Every type in the table that has a natural Avro type has a binary decoder,
   as have text-like catalog types (enums, ``citext``, ``hstore``); so do the network, bit-string,
   geometric, text-search, ``pg_lsn``, ``tid``, vector, snapshot and ``jsonpath`` types, whose
   converters rebuild exactly the text their output function prints. A type pgbridge cannot read
-  in binary (``money``: its text depends on ``lc_monetary``; ``reg*``: a catalog name; composite,
-  unknown extension types) stops with an ``EncodeError`` naming the column: turn
-  ``postgres.binary`` off for such tables (``pgbridge check`` reports them up front).
+  in binary (``money``: its text depends on ``lc_monetary``; ``reg*``: a catalog name; unknown
+  extension types; composites with such an attribute) stops with an ``EncodeError`` naming the
+  column: turn ``postgres.binary`` off for such tables (``pgbridge check`` reports them up front).
 """
 
 from __future__ import annotations
