@@ -84,21 +84,24 @@ def test_bad_configuration_exits_2_with_one_line() -> None:
 
 def test_check_names_columns_binary_mode_cannot_read(pg_dsn: str, kafka_broker: Broker) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE DOMAIN cash AS money;"
+        conn.execute("CREATE DOMAIN cash AS money; CREATE TYPE priced AS (n int, m money);"
+                     " CREATE TYPE plain AS (n int, ip inet);"
                      " CREATE TABLE wallet (id int PRIMARY KEY, amount money, saved cash, ip inet, box box,"
-                     " owner regrole, acl aclitem, amounts money[]);"
+                     " owner regrole, acl aclitem, amounts money[], item priced, other plain);"
                      " CREATE PUBLICATION pub FOR TABLE wallet")
     result = _check(_env(pg_dsn, kafka_broker.bootstrap, PGBRIDGE_POSTGRES__BINARY="true"))
     assert result.returncode == 1, result.stdout + result.stderr
     flagged = [line for line in result.stdout.splitlines() if "reads only as text" in line]
     assert [line.split(" has type ")[0].split()[-1] for line in flagged] == [
-        "public.wallet.amount", "public.wallet.saved", "public.wallet.owner", "public.wallet.amounts"]
+        "public.wallet.amount", "public.wallet.saved", "public.wallet.owner", "public.wallet.amounts",
+        "public.wallet.item"]
     assert "type money," in flagged[0] and "type public.cash," in flagged[1] and "type regrole," in flagged[2]
+    assert "type public.priced," in flagged[4]  # a composite with a money attribute; `plain` reads fine
     assert all(line.startswith("error:") and "fix: set postgres.binary to false" in line for line in flagged)
 
     # Columns left out of the publication's column list are never sent; without binary nothing is flagged.
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("ALTER PUBLICATION pub SET TABLE wallet (id, ip, box, acl)")
+        conn.execute("ALTER PUBLICATION pub SET TABLE wallet (id, ip, box, acl, other)")
     result = _check(_env(pg_dsn, kafka_broker.bootstrap, PGBRIDGE_POSTGRES__BINARY="true"))
     assert result.returncode == 0, result.stdout + result.stderr
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
