@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -142,6 +141,17 @@ class Health:
     standby: bool = False
 
 
+class _TableTally:
+    """One table's share of an open transaction: its collection order, events per op, bytes."""
+
+    __slots__ = ("nbytes", "ops", "order")
+
+    def __init__(self) -> None:
+        self.order = 0
+        self.nbytes = 0
+        self.ops: dict[str, int] = {}
+
+
 @dataclass(slots=True)
 class _OpenTransaction:
     """Per-transaction state of the row path; one ``EventContext`` serves every change of it.
@@ -149,7 +159,8 @@ class _OpenTransaction:
     The context's order fields are advanced in place through their slot descriptors (checked
     below), because building a frozen dataclass per row was ~5% of the bridge's CPU. The encoder
     reads a context only during the call it is passed to, so one instance per transaction is
-    safe; metric counts are kept here and added to Prometheus once per transaction.
+    safe; metric counts are kept here, one dict look-up a row, and added to Prometheus once per
+    transaction.
     """
 
     begin: TxBegin
@@ -158,9 +169,7 @@ class _OpenTransaction:
     ts_us: int
     origin: str | None = None
     total_order: int = 0
-    per_table: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    events: dict[tuple[str, str], int] = field(default_factory=dict)
-    event_bytes: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, _TableTally] = field(default_factory=dict)  # in order of first event
     context: EventContext = field(init=False)
 
     def __post_init__(self) -> None:
@@ -171,24 +180,28 @@ class _OpenTransaction:
         self.context = EventContext(commit_lsn=self.begin.commit_lsn, xid=self.begin.xid, ts_us=self.ts_us,
                                     origin=origin, total_order=self.total_order, collection_order=0)
 
-    def next_context(self, table: str | None) -> EventContext:
-        """The context of the transaction's next event: a change in ``table``, or (``None``) a
-        logical message, which counts in the transaction's order but belongs to no table."""
+    def tally(self, table: str) -> _TableTally:
+        tally = self.tables.get(table)
+        if tally is None:
+            tally = self.tables[table] = _TableTally()
+        return tally
+
+    def next_context(self, tally: _TableTally | None) -> EventContext:
+        """The context of the transaction's next event: a change in ``tally``'s table, or
+        (``None``) a logical message, which counts in the transaction's order but belongs to no
+        table."""
         self.total_order += 1
         order = 0
-        if table is not None:
-            order = self.per_table[table] + 1
-            self.per_table[table] = order
+        if tally is not None:
+            order = tally.order = tally.order + 1
         context = self.context
         _set_total_order(context, self.total_order)
         _set_collection_order(context, order)
         return context
 
-    def count(self, table: str, op: str, nbytes: int) -> None:
-        key = (table, op)
-        events = self.events
-        events[key] = events.get(key, 0) + 1
-        self.event_bytes[table] = self.event_bytes.get(table, 0) + nbytes
+    def per_table(self) -> dict[str, int]:
+        """Events per table, in order of each table's first event (the END record's counts)."""
+        return {table: tally.order for table, tally in self.tables.items()}
 
 
 _set_total_order, _set_collection_order = slot_setters(EventContext, "total_order", "collection_order",
@@ -231,6 +244,7 @@ class Session:
         self.lease = lease
         self.monitor: SlotMonitor | None = None
         self._event_bytes: dict[str, object] = {}
+        self._table_names: dict[int, tuple[Relation, str]] = {}  # id(relation) → (relation, "schema.table")
         self._next_heartbeat_at = time.monotonic() + settings.postgres.heartbeat_interval_s
         self._next_kafka_probe_at = 0.0
 
@@ -453,18 +467,19 @@ class Session:
     def _handle(self, event: AssembledEvent) -> None:
         encoder = self.encoder
         assert encoder is not None
-        if isinstance(event, RowChange):
+        if type(event) is RowChange:
             tx = self._tx
             if tx is None:
                 raise FatalError("row change outside a transaction reached the encoder")
-            table = f"{event.relation.namespace}.{event.relation.name}"
-            ctx = tx.next_context(table)
-            records = encoder.encode_row(event, ctx)
-            nbytes = self.publisher.produce_all(records, tx.callback, tx.unit, self._idle_tick)
+            table = self._table_name(event.relation)
+            tally = tx.tally(table)
+            records = encoder.encode_row(event, tx.next_context(tally))
+            tally.nbytes += self.publisher.produce_all(records, tx.callback, tx.unit, self._idle_tick)
+            ops = tally.ops
+            ops[event.op] = ops.get(event.op, 0) + 1
             snap = self.incremental
             if snap is not None and snap.window_table == table:
                 snap.drop_keys(record.key for record in records)
-            tx.count(table, event.op, nbytes)
         elif isinstance(event, TxBegin):
             if self._tx is not None:
                 raise FatalError("transaction began while another was still open")
@@ -481,7 +496,7 @@ class Session:
                 raise FatalError("transaction end does not match its begin")
             self._produce(encoder.encode_tx_boundary(status="END", xid=event.xid, commit_lsn=event.commit_lsn,
                                                      ts_us=tx.ts_us, event_count=tx.total_order,
-                                                     per_table=dict(tx.per_table)),
+                                                     per_table=tx.per_table()),
                           tx.callback, tx.unit)
             self._tx = None
             self._count_transaction(tx)
@@ -495,9 +510,11 @@ class Session:
                 raise FatalError("truncate outside a transaction reached the encoder")
             for relation in event.relations:
                 table = f"{relation.namespace}.{relation.name}"
-                record = encoder.encode_truncate(event, relation, tx.next_context(table))
+                tally = tx.tally(table)
+                record = encoder.encode_truncate(event, relation, tx.next_context(tally))
                 self._produce(record, tx.callback, tx.unit)
-                tx.count(table, "t", len(record.value or b""))
+                tally.nbytes += len(record.value or b"")
+                tally.ops["t"] = tally.ops.get("t", 0) + 1
                 if self.incremental is not None and self.incremental.window_table == table:
                     self.incremental.drop_all()
         elif isinstance(event, MessageChange):
@@ -549,6 +566,16 @@ class Session:
             raise _StopRequested()
         self._housekeeping(reply_requested=False)
 
+    def _table_name(self, relation: Relation) -> str:
+        """``schema.table`` of a Relation version, formatted once (the relation cache hands out
+        the same object for every row)."""
+        entry = self._table_names.get(id(relation))
+        if entry is None or entry[0] is not relation:
+            if len(self._table_names) >= 4096:
+                self._table_names.clear()
+            entry = self._table_names[id(relation)] = (relation, f"{relation.namespace}.{relation.name}")
+        return entry[1]
+
     def _event_counter(self, key: tuple[str, str]) -> Any:
         """The ``pgbridge_events_total`` child of (table, op), looked up once per key."""
         counter = self._event_counters.get(key)
@@ -562,10 +589,10 @@ class Session:
 
     def _count_transaction(self, tx: _OpenTransaction) -> None:
         """Add a finished transaction's row events and bytes to the Prometheus counters."""
-        for key, count in tx.events.items():
-            self._event_counter(key).inc(count)
-        for table, nbytes in tx.event_bytes.items():
-            self._count_bytes(table, nbytes)
+        for table, tally in tx.tables.items():
+            for op, count in tally.ops.items():
+                self._event_counter((table, op)).inc(count)
+            self._count_bytes(table, tally.nbytes)
 
     def _count_bytes(self, table: str, nbytes: int) -> None:
         counter = self._event_bytes.get(table)
