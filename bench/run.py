@@ -9,7 +9,8 @@ transaction, single-row transactions, wide rows, updates on a REPLICA IDENTITY F
    is committed while it streams; a consumer follows the output topic until every record is in;
 2. after the pgbridge pass: ``pg_recvlogical`` drains a slot created next to the bridge's, to the
    workload's end LSN (the walsender limit); then a raw producer sends as many records of the
-   bridge's average size (the broker limit).
+   bridge's average size (the broker limit); then a pass of its own with ``pg_recvlogical``
+   streaming live while the workload commits (the floor under any consumer's lag).
 
 Measured per pass: end-to-end rows/s from the first commit to the moment the last record was
 read back from Kafka, lag after the last commit, commit→Kafka-timestamp latency p50/p99 over
@@ -140,6 +141,28 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
     drop_database(services, name)
 
 
+def run_walsender_pass(services: Services, workload: workloads.Workload, report: RunReport,
+                       load_rate: float | None) -> None:
+    """``pg_recvlogical`` streaming while the workload commits: how soon the walsender itself has
+    sent the last change, i.e. the least lag any consumer of a slot can have on this machine."""
+    name = f"{workload.name}_walsender"
+    log(f"{workload.name}: pg_recvlogical live pass, {workload.rows:,} rows")
+    dsn = fresh_database(services, name, workload)
+    anchors.create_slot(dsn, name)
+    live = anchors.LiveWalsender(services.bindir, dsn, slot=name, publication=name).start()
+    try:
+        load = workloads.generate(workload, dsn, TABLE, rate=load_rate)
+        reached = live.wait_sent(anchors.current_lsn(dsn))
+    finally:
+        live.stop()
+    span = reached - load.first_commit
+    report.anchors.append(Anchor(workload.name, "pg_recvlogical live", workload.rows / span, span,
+                                 lag_s=reached - load.last_commit))
+    log(f"  loaded at {load.rows_per_s:,.0f} rows/s; walsender done {reached - load.last_commit:.2f} s after "
+        "the last commit")
+    drop_database(services, name)
+
+
 def make_system(key: str, args: argparse.Namespace) -> System:
     if key == "pgbridge":
         extra = dict(item.split("=", 1) for item in args.pgbridge_env)
@@ -201,6 +224,8 @@ def main() -> int:
                                                                            and not args.no_anchors),
                          log_dir=log_dir, profile_dir=args.profile if system.key in ("pgbridge", "baseline") else None,
                          load_rate=args.load_rate)
+            if not args.no_anchors and "pgbridge" in args.systems.split(","):
+                run_walsender_pass(services, workload, report, args.load_rate)
     report.machine["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     report.save(args.json)
     print(report.table())

@@ -36,6 +36,7 @@ class Anchor:
     seconds: float
     cpu_s_per_million: float | None = None
     peak_rss_mb: float | None = None
+    lag_s: float | None = None  # live anchors: last commit -> everything sent
 
 
 @dataclass
@@ -76,7 +77,8 @@ class RunReport:
             for a in anchors.values():
                 cpu = f"{a.cpu_s_per_million:.1f}" if a.cpu_s_per_million is not None else ""
                 rss = f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb is not None else ""
-                lines.append(f"| {workload} | *{a.name}* | | | {a.rows_per_s:,.0f} | | | {cpu} | {rss} | anchor |")
+                lag = f"{a.lag_s:.2f}" if a.lag_s is not None else ""
+                lines.append(f"| {workload} | *{a.name}* | | | {a.rows_per_s:,.0f} | {lag} | | {cpu} | {rss} | anchor |")
         return "\n".join(lines)
 
 
