@@ -149,6 +149,7 @@ def _schemas(settings: Settings) -> int:
     from pgbridge.encode.envelope import ChangeEncoder
     from pgbridge.encode.wire import SingleObjectRegistrar
     from pgbridge.source import slots
+    from pgbridge.source.type_catalog import CatalogTypes
 
     pg = settings.postgres
     with slots.connect_sql(pg.dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s) as conn:
@@ -161,8 +162,10 @@ def _schemas(settings: Settings) -> int:
         def keys(relation: object) -> tuple[str, ...]:
             return slots.key_columns(conn, relation.rel_id)  # type: ignore[attr-defined]
 
+        # The same type catalog as ``run``, so composites, domains and enums print as run writes them.
         encoder = ChangeEncoder(topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
-                                registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys)
+                                registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
+                                type_catalog=CatalogTypes(conn))
         output = []
         for schema, table in tables:
             relation = slots.relation_from_catalog(conn, str(schema), str(table), pg.publication)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import date
 from typing import Any
 
@@ -68,3 +71,20 @@ def test_composites_are_records_in_both_formats(pg_dsn: str, kafka_broker: Broke
     rows, _ = _stream(pg_dsn, kafka_broker, topic_prefix, binary=binary)
     assert rows[:3] == EXPECTED
     assert rows[3]["c"] is None and rows[3]["c__text"] == "(5,w,6)"
+
+
+def test_schemas_command_prints_composites_as_the_records_run_writes(pg_dsn: str, kafka_broker: Broker,
+                                                                     topic_prefix: str) -> None:
+    """``pgbridge schemas`` reads the same type catalog as ``run``: a composite is its record there too."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={"PGBRIDGE_POSTGRES__TABLES": "public.t"})
+    printed = subprocess.run([sys.executable, "-m", "pgbridge", "schemas"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    [table] = json.loads(printed.stdout)
+    before = next(f for f in table["value"]["fields"] if f["name"] == "before")  # defines the Value record
+    fields = {f["name"]: f["type"] for f in before["type"][1]["fields"]}
+    pair = fields["c"][1]
+    assert pair["type"] == "record" and [f["name"] for f in pair["fields"]] == ["a", "b_c"]
+    assert fields["c__text"] == ["null", "string"]
