@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
@@ -173,6 +181,27 @@ class ToastConfig(_Section):
         return value
 
 
+class TypesConfig(_Section):
+    """How ``numeric`` without a declared precision is published (docs/types.md).
+
+    ``string`` (the default): its exact text, since no fixed decimal holds every value Postgres
+    allows. ``decimal``: Avro ``decimal(numeric_precision, numeric_scale)`` (Spark ``DecimalType``);
+    a value that does not fit exactly is never rounded: ``numeric_overflow: text`` publishes it in
+    ``{column}__text`` with the decimal null, ``fail`` stops the bridge before confirming it.
+    """
+
+    unconstrained_numeric: Literal["string", "decimal"] = "string"
+    numeric_precision: int = Field(default=38, ge=1, le=1000)
+    numeric_scale: int = Field(default=10, ge=0, le=1000)
+    numeric_overflow: Literal["text", "fail"] = "text"
+
+    @model_validator(mode="after")
+    def _scale_within_precision(self) -> TypesConfig:
+        if self.numeric_scale > self.numeric_precision:
+            raise ValueError("types.numeric_scale must not exceed types.numeric_precision")
+        return self
+
+
 class HttpConfig(_Section):
     port: int = Field(default=8080, ge=0, le=65535)
     host: str = "0.0.0.0"
@@ -212,6 +241,7 @@ class Settings(BaseSettings):
     schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
     toast: ToastConfig = ToastConfig()
+    types: TypesConfig = TypesConfig()
     http: HttpConfig = HttpConfig()
     buffer: BufferConfig = BufferConfig()
     log: LogConfig = LogConfig()

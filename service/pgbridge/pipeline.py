@@ -41,10 +41,11 @@ from pgbridge.assemble.units import (
     TxEnd,
     TxOrigin,
 )
-from pgbridge.config import Settings, ToastConfig
+from pgbridge.config import Settings, ToastConfig, TypesConfig
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord, ToastPolicy
+from pgbridge.encode.typemap import NumericPolicy
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
     BrokerUnavailable,
@@ -129,6 +130,13 @@ def replication_options(settings: Settings, proto_version: int, server_version: 
 
 def toast_policy(config: ToastConfig) -> ToastPolicy:
     return ToastPolicy(default=config.policy, tables=dict(config.tables), cache_rows=config.cache_entries)
+
+
+def numeric_policy(config: TypesConfig) -> NumericPolicy | None:
+    """``types.unconstrained_numeric: decimal`` as the encoder's policy; ``None`` keeps the string."""
+    if config.unconstrained_numeric != "decimal":
+        return None
+    return NumericPolicy(config.numeric_precision, config.numeric_scale, config.numeric_overflow)
 
 
 @dataclass
@@ -274,6 +282,7 @@ class Session:
                                      key_resolver=self._key_columns,
                                      type_names=self.assembler.relations.type_name,
                                      type_catalog=CatalogTypes(self.sql), toast=toast_policy(self.settings.toast),
+                                     numeric=numeric_policy(self.settings.types),
                                      observer=EncodeMetrics(self.metrics))
         info = slots.slot_info(self.sql, pg.slot)
         pending = f"{pg.slot}_snapshot"[:63]

@@ -48,6 +48,7 @@ from pgbridge.encode import schemas
 from pgbridge.encode.schemas import Schema
 from pgbridge.encode.typemap import (
     EncodeError,
+    NumericPolicy,
     TypeCatalog,
     TypeCodec,
     TypeNames,
@@ -213,7 +214,8 @@ def native_code(codec: TypeCodec) -> tuple[str, int]:
             return "date", 0
         avro = codec.avro
         if (codec.write is write_decimal_bytes and isinstance(avro, dict) and avro.get("logicalType") == "decimal"
-                and 0 <= avro.get("scale", -1) <= 18):
+                and "pg_precision" in codec.attributes and 0 <= avro.get("scale", -1) <= 18):
+            # numeric(p,s) only: Postgres guarantees its values fit, so the kernel checks no precision
             return "decimal", int(avro["scale"])
         return "fallback", 0
     if codec.text_to_avro is string_raw_to_avro:
@@ -401,16 +403,19 @@ class ChangeEncoder:
     ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
     it is asked once per (subject, schema), when a Relation version is first used, so in
     registry-less mode the schema is durable in ``_schemas`` before the first record using it.
-    ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
+    ``numeric`` maps ``numeric`` without precision to a decimal (``typemap.NumericPolicy``) instead
+    of its exact string. ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
     tests compare the two).
     """
 
     def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar,
                  key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
                  type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
-                 observer: EncodeObserver | None = None, native: bool = True) -> None:
+                 observer: EncodeObserver | None = None, native: bool = True,
+                 numeric: NumericPolicy | None = None) -> None:
         schemas.check_envelope_layout()
         self._native = native and _native is not None
+        self._numeric = numeric
         self._prefix = topic_prefix
         self._database = database
         self._registrar = registrar
@@ -462,7 +467,7 @@ class ChangeEncoder:
         return tuple(positions[n] for n in names)
 
     def _schemas(self, relation: Relation) -> _TableSchemas:
-        codecs = schemas.column_codecs(relation, self._type_names, self._type_catalog)
+        codecs = schemas.column_codecs(relation, self._type_names, self._type_catalog, self._numeric)
         names = schemas.field_names(relation.columns)
         namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
         key_indexes = self._key_indexes(relation)

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from pgbridge.decode.messages import Column, Relation
 from pgbridge.encode.typemap import (
+    NumericPolicy,
     TypeCatalog,
     TypeCodec,
     TypeNames,
@@ -199,9 +200,10 @@ def companion_names(names: tuple[str, ...], codecs: tuple[TypeCodec, ...]) -> tu
 # --- per-table schemas ----------------------------------------------------------------------------
 
 
-def column_codecs(relation: Relation, type_names: TypeNames | None,
-                  catalog: TypeCatalog | None = None) -> tuple[TypeCodec, ...]:
-    return tuple(codec_for(c.type_oid, c.type_modifier, type_names, catalog) for c in relation.columns)
+def column_codecs(relation: Relation, type_names: TypeNames | None, catalog: TypeCatalog | None = None,
+                  numeric: NumericPolicy | None = None) -> tuple[TypeCodec, ...]:
+    return tuple(codec_for(c.type_oid, c.type_modifier, type_names, catalog, numeric=numeric)
+                 for c in relation.columns)
 
 
 def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schema:

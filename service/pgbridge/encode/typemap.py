@@ -58,7 +58,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US
 from pgbridge.encode.wire import (
@@ -404,6 +404,62 @@ def _decimal_codec(precision: int, scale: int) -> TypeCodec:
         {"type": "bytes", "logicalType": "decimal", "precision": avro_precision, "scale": avro_scale},
         from_text, from_binary, write_decimal_bytes,
         {"pg_precision": precision, "pg_scale": scale}, text_to_avro,
+        companion=True, text_of_binary=numeric_text_from_binary,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NumericPolicy:
+    """``numeric`` without a declared precision as an Avro ``decimal(precision, scale)`` (opt-in).
+
+    Postgres allows such a column any value up to 131072 digits before the point and 16383 after,
+    so no fixed decimal holds every value. A value that fits exactly is the decimal; one that does
+    not (more integer digits than ``precision - scale``, a non-zero digit beyond ``scale``, NaN,
+    ±Infinity) is never rounded: with ``overflow="text"`` it is published in ``{column}__text``
+    with the decimal null, with ``overflow="fail"`` pgbridge stops with an error naming the
+    column, before confirming anything past it. (NaN and ±Infinity always go to ``__text``.)
+    """
+
+    precision: int = 38
+    scale: int = 10
+    overflow: Literal["text", "fail"] = "text"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.precision <= 1000 or not 0 <= self.scale <= self.precision:
+            raise ValueError("numeric precision must be 1-1000 and scale 0-precision")
+
+
+_PLAIN_NUMERIC: Final = re.compile(rb"-?[0-9]+(\.[0-9]+)?")
+
+
+def _policy_decimal_codec(policy: NumericPolicy) -> TypeCodec:
+    precision, scale, fail = policy.precision, policy.scale, policy.overflow == "fail"
+    limit = _POW10[precision]
+
+    def from_text(raw: bytes) -> int:
+        try:
+            unscaled: int | None = decimal_unscaled(raw, scale)
+        except ValueError:
+            if not _PLAIN_NUMERIC.fullmatch(raw):
+                raise
+            unscaled = None  # a non-zero digit beyond the scale: it would need rounding
+        if unscaled is None or not -limit < unscaled < limit:
+            if fail:
+                raise EncodeError(f"numeric value {raw[:40].decode(errors='replace')} does not fit "
+                                  f"decimal({precision},{scale})",
+                                  hint="raise types.numeric_precision/numeric_scale, or set "
+                                       "types.numeric_overflow to text to keep such values in {column}__text")
+            raise Unrepresentable(raw.decode())
+        return unscaled
+
+    def from_binary(raw: bytes) -> int:
+        return from_text(numeric_text_from_binary(raw).encode())
+
+    return TypeCodec(
+        "numeric",
+        {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale},
+        from_text, from_binary, write_decimal_bytes,
+        {"pg_numeric": "unconstrained"}, None,
         companion=True, text_of_binary=numeric_text_from_binary,
     )
 
@@ -2062,15 +2118,24 @@ def _qualified(namespace: str, name: str) -> str:
     return name if namespace in ("pg_catalog", "") else f"{namespace}.{name}"
 
 
+_NUMERIC_OID: Final = 1700
+_NUMERIC_ARRAY_OID: Final = 1231
+
+
 def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = None,
-              catalog: TypeCatalog | None = None, _depth: int = 0) -> TypeCodec:
+              catalog: TypeCatalog | None = None, _depth: int = 0, numeric: NumericPolicy | None = None) -> TypeCodec:
     """The codec of a column: the table for builtin types and their arrays, else the catalog.
 
     With a ``catalog``, domains take their base type's codec (named after the domain), arrays of
     catalog types become arrays of their element's codec, and text-like types (enums, ``citext``)
     and ``hstore`` can be read in binary. Everything else is Postgres's text, named
     ``namespace.name`` (just ``name`` in ``pg_catalog``) or ``oid:<oid>`` when nothing names it.
+    ``numeric`` turns ``numeric`` without precision (also in arrays, domains and composites; not in
+    ``numrange``) into a decimal (``NumericPolicy``) instead of its exact string.
     """
+    if numeric is not None and type_oid in (_NUMERIC_OID, _NUMERIC_ARRAY_OID) and numeric_typmod(type_modifier) is None:
+        decimal = _policy_decimal_codec(numeric)
+        return decimal if type_oid == _NUMERIC_OID else _array_codec("_numeric", decimal, b",")
     codec = _builtin_codec(type_oid, type_modifier)
     if codec is not None:
         return codec
@@ -2081,15 +2146,15 @@ def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = 
     name = _qualified(info.namespace, info.name)
     if info.kind == "d":
         base = codec_for(info.base_oid, type_modifier if type_modifier >= 0 else info.base_typmod,
-                         type_names, catalog, _depth + 1)
+                         type_names, catalog, _depth + 1, numeric)
         return base.renamed(name, pg_base_type=base.pg_type)
     if info.category == "A" and info.element_oid:
-        element = codec_for(info.element_oid, type_modifier, type_names, catalog, _depth + 1)
+        element = codec_for(info.element_oid, type_modifier, type_names, catalog, _depth + 1, numeric)
         element_info = catalog(info.element_oid) if catalog is not None else None
         delimiter = (element_info.delimiter if element_info is not None else info.delimiter) or ","
         return _array_codec(name, element, delimiter.encode())
     if info.kind == "c" and info.attributes:
-        members = [(a, codec_for(a.type_oid, a.type_modifier, type_names, catalog, _depth + 1))
+        members = [(a, codec_for(a.type_oid, a.type_modifier, type_names, catalog, _depth + 1, numeric))
                    for a in info.attributes]
         return _composite_codec(name, info, members)
     if info.send in _TEXT_SEND or info.kind == "e":
