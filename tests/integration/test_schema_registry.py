@@ -21,7 +21,7 @@ from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics, read_topic, read_topics
 from tests.support.ports import free_port
-from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
 from tests.support.registry_double import RegistryDouble
 from tests.support.waiting import wait_until
 
@@ -40,20 +40,6 @@ def _sql(dsn: str, *statements: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
-
-
-def _commit(dsn: str, statement: str) -> int:
-    """Run ``statement`` in a transaction; return a WAL position at or below its commit record.
-
-    Logical decoding skips on restart only transactions whose commit record starts below the
-    slot's ``confirmed_flush_lsn``, so a confirmed LSN at or below this value keeps the transaction.
-    """
-    with psycopg.connect(dsn) as conn:
-        conn.execute(statement)
-        row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        conn.commit()
-    assert row is not None
-    return int(row[0])
 
 
 def _slot_exists(dsn: str, slot: str) -> bool:
@@ -113,7 +99,7 @@ def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
             client.set_compatibility(subject, "BACKWARD")
             # when: a column changes type int → text, which a reader of the new schema cannot resolve
             _sql(pg_dsn, "ALTER TABLE items ALTER COLUMN v TYPE text")
-            commit_bound = _commit(pg_dsn, "INSERT INTO items VALUES (2, 'two', 'second')")
+            bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 'two', 'second')")
             # then: pgbridge stops with one line that names the subject and the registry's reason
             assert bridge.process is not None
             assert bridge.process.wait(60) == 1, bridge.log()
@@ -125,7 +111,7 @@ def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
             assert "Traceback" not in log
         # ... and the rejected transaction was not confirmed, nor registered
         confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
-        assert confirmed is not None and confirmed <= commit_bound
+        assert confirmed is not None and confirmed <= bound
         assert len(registry.subjects()[subject]) == 1
         first = read_topic(kafka_broker.bootstrap, topic, timeout=10)
         assert len([r for r in first if r.value is not None]) == 1
@@ -181,12 +167,12 @@ def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, 
         # when: the registry goes away just as the table's shape changes
         registry.close()
         _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int")
-        commit_bound = _commit(pg_dsn, "INSERT INTO items VALUES (2, 20, 'two', 2)")
+        bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 20, 'two', 2)")
         wait_until(lambda: f"is unreachable for subject {topic}-value" in bridge.log(), timeout=60,
                    message=f"no registration failure logged: {bridge.log()}")
         assert bridge.alive()
         confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
-        assert confirmed is not None and confirmed <= commit_bound
+        assert confirmed is not None and confirmed <= bound
         registry.start()  # the same registry state, back on the same port
         # then
         records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=90)

@@ -11,7 +11,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -26,16 +26,6 @@ def _sql(dsn: str, *statements: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
-
-
-def _commit_bound(dsn: str, statement: str) -> int:
-    """Run ``statement``; a WAL position at or below its commit record (see test_schema_registry)."""
-    with psycopg.connect(dsn) as conn:
-        conn.execute(statement)
-        row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        conn.commit()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
@@ -75,7 +65,7 @@ def test_fail_overflow_stops_before_confirming_and_a_wider_decimal_resumes(pg_ds
                    message=f"slot never created: {bridge.log()}")
         _sql(pg_dsn, "INSERT INTO m VALUES (1, 1.25, NULL)")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
-        bound = _commit_bound(pg_dsn, "INSERT INTO m VALUES (2, 0.00001, NULL)")
+        bound = commit_bound(pg_dsn, "INSERT INTO m VALUES (2, 0.00001, NULL)")
         assert bridge.process is not None
         assert bridge.process.wait(60) == 1, bridge.log()
         errors = [line for line in bridge.log().splitlines() if line.startswith("error:")]

@@ -92,6 +92,20 @@ def slot_confirmed_flush_lsn(dsn: str, slot: str) -> int | None:
     return int(rows[0][0])
 
 
+def commit_bound(dsn: str, statement: str) -> int:
+    """Run ``statement`` in a transaction; return a WAL position at or below its commit record.
+
+    Logical decoding skips on restart only transactions whose commit record starts below the
+    slot's ``confirmed_flush_lsn``, so a confirmed LSN at or below this value keeps the transaction.
+    """
+    with psycopg.connect(dsn) as conn:
+        conn.execute(statement)
+        row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row[0])
+
+
 def current_wal_lsn(dsn: str) -> int:
     """``pg_current_wal_lsn()`` as an int."""
     rows = execute(dsn, "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")

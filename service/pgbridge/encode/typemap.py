@@ -1022,8 +1022,11 @@ RangeDatum = tuple[Any, Any, bool, bool, bool]
 """(lower, upper, lower_inclusive, upper_inclusive, empty); a ``None`` bound is unbounded."""
 
 
-def _range_bound(text: bytes, pos: int, stops: bytes) -> tuple[bytes | None, int]:
-    """One bound of ``range_in`` syntax from ``pos``: quoted (``""`` or ``\\`` escapes) or bare."""
+def _read_token(text: bytes, pos: int, stops: bytes) -> tuple[bytes | None, int]:
+    """One element of ``range_in``/``record_in`` syntax from ``pos`` up to a byte of ``stops`` (or
+    the end): inside double quotes ``""`` is a quote and ``\\x`` is ``x``, outside them ``\\x`` is
+    ``x``; nothing is trimmed; empty and unquoted is ``None`` (an unbounded bound, a NULL field).
+    Raises ``ValueError`` on an unterminated quote or a trailing backslash."""
     buf = bytearray()
     quoted = False
     n = len(text)
@@ -1032,9 +1035,13 @@ def _range_bound(text: bytes, pos: int, stops: bytes) -> tuple[bytes | None, int
         if c == 0x22:  # '"'
             quoted = True
             pos += 1
-            while pos < n:
+            while True:
+                if pos >= n:
+                    raise ValueError("unterminated quoted value")
                 c = text[pos]
                 if c == 0x5C:
+                    if pos + 1 >= n:
+                        raise ValueError("backslash at the end of a value")
                     buf.append(text[pos + 1])
                     pos += 2
                 elif c == 0x22:
@@ -1048,6 +1055,8 @@ def _range_bound(text: bytes, pos: int, stops: bytes) -> tuple[bytes | None, int
                     buf.append(c)
                     pos += 1
         elif c == 0x5C:
+            if pos + 1 >= n:
+                raise ValueError("backslash at the end of a value")
             buf.append(text[pos + 1])
             pos += 2
         else:
@@ -1064,10 +1073,10 @@ def parse_range_literal(text: bytes) -> tuple[bytes | None, bytes | None, bool, 
         return None
     if text[:1] not in (b"[", b"(") or text[-1:] not in (b"]", b")"):
         raise ValueError("range literal must be enclosed in [ or ( and ] or )")
-    lower, pos = _range_bound(text, 1, b",")
+    lower, pos = _read_token(text, 1, b",")
     if text[pos:pos + 1] != b",":
         raise ValueError("range literal has no comma between its bounds")
-    upper, pos = _range_bound(text, pos + 1, b")]")
+    upper, pos = _read_token(text, pos + 1, b")]")
     if pos != len(text) - 1:
         raise ValueError("junk after range literal")
     return lower, upper, text[:1] == b"[", text[-1:] == b"]"
@@ -1922,42 +1931,14 @@ def parse_record_literal(text: bytes) -> list[bytes | None]:
         raise ValueError("record literal must start with '('")
     fields: list[bytes | None] = []
     pos, n = 1, len(text)
-    try:
-        while True:
-            buf = bytearray()
-            quoted = False
-            while text[pos] not in b",)":
-                c = text[pos]
-                if c == 0x22:  # '"'
-                    quoted = True
-                    pos += 1
-                    while True:
-                        c = text[pos]
-                        if c == 0x5C:
-                            buf.append(text[pos + 1])
-                            pos += 2
-                        elif c == 0x22:
-                            if text[pos + 1] == 0x22:
-                                buf.append(0x22)
-                                pos += 2
-                            else:
-                                pos += 1
-                                break
-                        else:
-                            buf.append(c)
-                            pos += 1
-                elif c == 0x5C:
-                    buf.append(text[pos + 1])
-                    pos += 2
-                else:
-                    buf.append(c)
-                    pos += 1
-            fields.append(bytes(buf) if buf or quoted else None)
-            pos += 1
-            if text[pos - 1] == 0x29:  # ')'
-                break
-    except IndexError:
-        raise ValueError("unterminated record literal") from None
+    while True:
+        value, pos = _read_token(text, pos, b",)")
+        if pos >= n:
+            raise ValueError("unterminated record literal")
+        fields.append(value)
+        pos += 1
+        if text[pos - 1] == 0x29:  # ')'
+            break
     if pos != n:
         raise ValueError("junk after record literal")
     return fields
