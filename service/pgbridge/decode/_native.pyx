@@ -45,4 +45,6 @@ def read_tuple(bytes buf, Py_ssize_t pos, Py_ssize_t count):
             if kinds is None:
                 kinds = bytearray(b"t" * count)
             kinds[i] = kind
+    if pos > n:  # only when asked to start past the end: the Python loop names it
+        return None
     return (b"t" * count if kinds is None else bytes(kinds)), values, pos
