@@ -9,14 +9,15 @@ parser does not recognise as Postgres's canonical output (a sign it never prints
 1000-9999, ``NaN``, ``BC``...) goes to the column's Python field encoder instead, so the C side only
 ever handles values whose result it can compute exactly.
 
-``encode_envelope`` returns ``None`` when a row holds binary or unchanged-TOAST columns: the
-Python path handles those (they need per-column bookkeeping the hot loop does not).
+Binary (``postgres.binary``) values of integers, floats, bool, timestamps, dates and text-like
+types are converted here too. ``encode_envelope`` returns ``None`` when a row holds an
+unchanged-TOAST column: the Python path handles those (they need per-column bookkeeping).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef extern from "Python.h":
@@ -36,12 +37,28 @@ cdef enum:
     C_BOOL = 7
     C_DOUBLE = 8
     C_FLOAT = 9
+    # binary (send format) values
+    B_INT2 = 20
+    B_INT4 = 21
+    B_INT8 = 22
+    B_OID = 23
+    B_FLOAT4 = 24
+    B_FLOAT8 = 25
+    B_BOOL = 26
+    B_TIMESTAMP = 27
+    B_DATE = 28
+    B_STRING = 29
+    B_DECIMAL = 30
     BARE = 0x80
     STACK = 1024
 
 CODES = {"fallback": C_FALLBACK, "string": C_STRING, "long": C_LONG, "decimal": C_DECIMAL,
          "timestamptz": C_TIMESTAMPTZ, "timestamp": C_TIMESTAMP, "date": C_DATE, "bool": C_BOOL,
-         "double": C_DOUBLE, "float": C_FLOAT, "bare": BARE}
+         "double": C_DOUBLE, "float": C_FLOAT, "bare": BARE,
+         "binary_int2": B_INT2, "binary_int4": B_INT4, "binary_int8": B_INT8, "binary_oid": B_OID,
+         "binary_float4": B_FLOAT4, "binary_float8": B_FLOAT8, "binary_bool": B_BOOL,
+         "binary_timestamp": B_TIMESTAMP, "binary_date": B_DATE, "binary_string": B_STRING,
+         "binary_decimal": B_DECIMAL}
 
 
 cdef union union_bits:
@@ -365,55 +382,183 @@ cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallbac
     return put_bytes(b, fallback(raw))
 
 
-cdef int write_row(Buf *b, object row, const unsigned char *codes, const unsigned char *scales,
-                   tuple fns, tuple nulls) except -1:
-    """The Value record of a row; 1 when written, 0 when a column is neither text nor null."""
+cdef inline uint64_t read_be(const unsigned char *p, int size):
+    cdef uint64_t v = 0
+    cdef int k
+    for k in range(size):
+        v = (v << 8) | p[k]
+    return v
+
+
+cdef inline int numeric_binary_unscaled(const unsigned char *p, Py_ssize_t n, int scale, int64_t *out):
+    """``numeric_send`` bytes → the unscaled value at ``scale``, as ``decimal_unscaled`` of
+    ``numeric_text_from_binary`` computes it: digits past the display scale are dropped as the text
+    drops them, a non-zero digit past ``scale`` or a value of 19+ digits goes to Python."""
+    cdef int ndigits, weight, sign, dscale, k, d, e, digit
+    cdef uint64_t acc = 0
+    cdef int group
+    if n < 8:
+        return 0
+    ndigits = <int>read_be(p, 2)
+    weight = <int16_t>read_be(p + 2, 2)
+    sign = <int>read_be(p + 4, 2)
+    dscale = <int>read_be(p + 6, 2)
+    if n != 8 + 2 * ndigits or (sign != 0 and sign != 0x4000) or scale < 0 or scale > 18:
+        return 0
+    for k in range(ndigits):
+        group = <int>read_be(p + 8 + 2 * k, 2)
+        if group > 9999:
+            return 0
+        for d in range(4):
+            digit = (group // <int>POW10[3 - d]) % 10
+            e = 4 * (weight + 1) - 1 - (4 * k + d)  # decimal exponent of this digit
+            if digit == 0 or e < -dscale:
+                continue
+            if e < -scale or e + scale > 17:
+                return 0
+            acc += <uint64_t>digit * <uint64_t>POW10[e + scale]
+    out[0] = -<int64_t>acc if sign == 0x4000 else <int64_t>acc
+    return 1
+
+
+cdef int write_binary_field(Buf *b, int code, int scale, bytes raw, object fallback) except -1:
+    """A binary (send format) column's field bytes; as ``write_text_field`` for text."""
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
+    cdef bint branch = not (code & BARE)
+    cdef int64_t value
+    cdef union_bits u
+    cdef double d
+    cdef Py_ssize_t i
+    code &= 0x7F
+    reserve(b, 24)
+    if code == B_INT2 and n == 2:
+        value = <int16_t>read_be(p, 2)
+    elif code == B_INT4 and n == 4:
+        value = <int32_t>read_be(p, 4)
+    elif code == B_INT8 and n == 8:
+        value = <int64_t>read_be(p, 8)
+    elif code == B_OID and n == 4:
+        value = <int64_t>read_be(p, 4)
+    elif code == B_BOOL and n == 1:
+        if branch:
+            put_byte(b, 2)
+        put_byte(b, 1 if p[0] else 0)
+        return 0
+    elif code == B_FLOAT8 and n == 8:
+        if branch:
+            put_byte(b, 2)
+        put_le(b, read_be(p, 8), 8)
+        return 0
+    elif code == B_FLOAT4 and n == 4:
+        # through a double and back, as struct.unpack('!f') then struct.pack('<f') do
+        u.u32 = <uint32_t>read_be(p, 4)
+        d = u.f
+        u.f = <float>d
+        if branch:
+            put_byte(b, 2)
+        put_le(b, u.u32, 4)
+        return 0
+    elif code == B_TIMESTAMP and n == 8:
+        value = <int64_t>read_be(p, 8)
+        if -(1 << 62) < value < (1 << 62):  # ±infinity and the far edges: Python's companion rules
+            put_byte(b, 2)
+            put_long(b, value + 946684800000000)  # 2000-01-01 in Unix microseconds
+            put_byte(b, 0)
+            return 0
+        return put_bytes(b, fallback(raw))
+    elif code == B_DATE and n == 4:
+        value = <int32_t>read_be(p, 4)
+        if -(1 << 30) < value < (1 << 30):
+            put_byte(b, 2)
+            put_long(b, value + 10957)  # 2000-01-01 in Unix days
+            put_byte(b, 0)
+            return 0
+        return put_bytes(b, fallback(raw))
+    elif code == B_STRING:
+        return write_text_field(b, C_STRING | (0 if branch else BARE), 0, raw, fallback)
+    elif code == B_DECIMAL:
+        if numeric_binary_unscaled(p, n, scale, &value):
+            put_byte(b, 2)
+            write_decimal(b, value)
+            put_byte(b, 0)
+            return 0
+        return put_bytes(b, fallback(raw))
+    else:
+        return put_bytes(b, fallback(raw))
+    if branch:
+        put_byte(b, 2)
+    put_long(b, value)
+    return 0
+
+
+cdef class Columns:
+    """Per column of a Relation version (or of its key): the kernel's text and binary conversion
+    codes, the decimal scale, the Python field encoders they fall back to, and the null field."""
+
+    cdef bytes codes
+    cdef bytes scales
+    cdef tuple fns
+    cdef bytes bcodes
+    cdef tuple bfns
+    cdef tuple nulls
+    cdef tuple indexes  # the row positions of these columns (a key's), or None for all
+
+    def __init__(self, codes: bytes, scales: bytes, fns: tuple, bcodes: bytes, bfns: tuple, nulls: tuple,
+                 indexes: tuple | None = None) -> None:
+        if not (len(codes) == len(scales) == len(fns) == len(bcodes) == len(bfns) == len(nulls)):
+            raise ValueError("per-column codes, encoders and null fields differ in length")
+        if indexes is not None and len(indexes) != len(codes):
+            raise ValueError("one row position per column")
+        self.codes = codes
+        self.scales = scales
+        self.fns = fns
+        self.bcodes = bcodes
+        self.bfns = bfns
+        self.nulls = nulls
+        self.indexes = indexes
+
+
+cdef int write_columns(Buf *b, object row, Columns cols, bint nulls_allowed) except -1:
+    """The columns' fields from ``row``; 1 when written, 0 when a column needs the Python path
+    (unchanged TOAST, a null where none may be, a malformed row)."""
     cdef bytes kinds = row.kinds
     cdef tuple values = row.values
     cdef const unsigned char *k = <const unsigned char *>PyBytes_AS_STRING(kinds)
-    cdef Py_ssize_t ncols = PyTuple_GET_SIZE(fns)
-    cdef Py_ssize_t i
+    cdef const unsigned char *codes = <const unsigned char *>PyBytes_AS_STRING(cols.codes)
+    cdef const unsigned char *scales = <const unsigned char *>PyBytes_AS_STRING(cols.scales)
+    cdef const unsigned char *bcodes = <const unsigned char *>PyBytes_AS_STRING(cols.bcodes)
+    cdef Py_ssize_t ncols = PyTuple_GET_SIZE(cols.fns)
+    cdef Py_ssize_t nkinds = PyBytes_GET_SIZE(kinds)
+    cdef Py_ssize_t j, i
     cdef object value
-    if PyBytes_GET_SIZE(kinds) != ncols or PyTuple_GET_SIZE(values) != ncols:
+    if PyTuple_GET_SIZE(values) != nkinds or (cols.indexes is None and nkinds != ncols):
         return 0
-    for i in range(ncols):
-        if k[i] == 116:  # 't'
+    for j in range(ncols):
+        i = j if cols.indexes is None else <Py_ssize_t><object>PyTuple_GET_ITEM(cols.indexes, j)
+        if i >= nkinds:
+            return 0
+        if k[i] == 116 or k[i] == 98:  # 't', 'b'
             value = <object>PyTuple_GET_ITEM(values, i)
             if type(value) is not bytes:
                 return 0
-            write_text_field(b, codes[i], scales[i], <bytes>value, <object>PyTuple_GET_ITEM(fns, i))
-        elif k[i] == 110:  # 'n'
-            put_bytes(b, <bytes>PyTuple_GET_ITEM(nulls, i))
+            if k[i] == 116:
+                write_text_field(b, codes[j], scales[j], <bytes>value, <object>PyTuple_GET_ITEM(cols.fns, j))
+            else:
+                write_binary_field(b, bcodes[j], scales[j], <bytes>value, <object>PyTuple_GET_ITEM(cols.bfns, j))
+        elif k[i] == 110 and nulls_allowed:  # 'n'
+            put_bytes(b, <bytes>PyTuple_GET_ITEM(cols.nulls, j))
         else:
             return 0
     return 1
 
 
-cdef class RowCodes:
-    """A Relation version's per-column codes, scales, field encoders and null fields."""
-
-    cdef bytes codes
-    cdef bytes scales
-    cdef tuple fns
-    cdef tuple nulls
-
-    def __init__(self, codes: bytes, scales: bytes, fns: tuple, nulls: tuple) -> None:
-        if not (len(codes) == len(scales) == len(fns) == len(nulls)):
-            raise ValueError("codes, scales, encoders and null fields differ in length")
-        self.codes = codes
-        self.scales = scales
-        self.fns = fns
-        self.nulls = nulls
-
-
-def encode_envelope(bytes header, object before, object after, RowCodes row, bytes op, bytes source_head,
+def encode_envelope(bytes header, object before, object after, Columns row, bytes op, bytes source_head,
                     int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
                     int64_t total_order, int64_t collection_order):
     """The framed envelope (see ``ChangeEncoder._envelope``), or ``None`` for the Python path."""
     cdef char stack[STACK]
     cdef Buf b
-    cdef const unsigned char *codes = <const unsigned char *>PyBytes_AS_STRING(row.codes)
-    cdef const unsigned char *scales = <const unsigned char *>PyBytes_AS_STRING(row.scales)
     b.data = stack
     b.length = 0
     b.capacity = STACK
@@ -425,14 +570,14 @@ def encode_envelope(bytes header, object before, object after, RowCodes row, byt
             put_byte(&b, 0)
         else:
             put_byte(&b, 2)
-            if not write_row(&b, before, codes, scales, row.fns, row.nulls):
+            if not write_columns(&b, before, row, True):
                 return None
         reserve(&b, 2)
         if after is None:
             put_byte(&b, 0)
         else:
             put_byte(&b, 2)
-            if not write_row(&b, after, codes, scales, row.fns, row.nulls):
+            if not write_columns(&b, after, row, True):
                 return None
         put_bytes(&b, op)
         put_bytes(&b, source_head)
@@ -458,31 +603,18 @@ def encode_envelope(bytes header, object before, object after, RowCodes row, byt
             PyMem_Free(b.data)
 
 
-def encode_key(bytes header, object row, tuple indexes, bytes codes, bytes scales, tuple fns):
-    """The framed key of an all-text key (``_TablePlan.key_of``), or ``None`` for the Python path."""
+def encode_key(bytes header, object row, Columns key):
+    """The framed key (``_TablePlan.key_of``), or ``None`` for the Python path."""
     cdef char stack[256]
     cdef Buf b
-    cdef bytes kinds = row.kinds
-    cdef tuple values = row.values
-    cdef const unsigned char *k = <const unsigned char *>PyBytes_AS_STRING(kinds)
-    cdef const unsigned char *c = <const unsigned char *>PyBytes_AS_STRING(codes)
-    cdef const unsigned char *sc = <const unsigned char *>PyBytes_AS_STRING(scales)
-    cdef Py_ssize_t j, i, nkinds = PyBytes_GET_SIZE(kinds)
-    cdef object value
     b.data = stack
     b.length = 0
     b.capacity = 256
     b.heap = False
     try:
         put_bytes(&b, header)
-        for j in range(PyTuple_GET_SIZE(indexes)):
-            i = <Py_ssize_t><object>PyTuple_GET_ITEM(indexes, j)
-            if i >= nkinds or k[i] != 116:
-                return None
-            value = values[i]
-            if type(value) is not bytes:
-                return None
-            write_text_field(&b, c[j], sc[j], <bytes>value, <object>PyTuple_GET_ITEM(fns, j))
+        if not write_columns(&b, row, key, False):
+            return None
         return PyBytes_FromStringAndSize(b.data, b.length)
     finally:
         if b.heap:

@@ -53,10 +53,20 @@ from pgbridge.encode.typemap import (
     TypeCodec,
     TypeNames,
     _bool_text_to_avro,
+    _date_from_binary,
+    _float4_binary,
+    _float8_binary,
     _float_from_text,
+    _int2_binary,
+    _int4_binary,
+    _int8_binary,
     _long_text_to_avro,
+    _oid_binary,
+    _ts_binary,
+    _tstz_binary,
     date_from_text,
     string_raw_to_avro,
+    text_from_utf8,
     timestamp_from_text,
     timestamptz_from_text,
 )
@@ -229,26 +239,57 @@ def native_code(codec: TypeCodec) -> tuple[str, int]:
     return "fallback", 0
 
 
-class _NativePlan(NamedTuple):
-    """A plan's inputs to the compiled kernel (``encode/_native.pyx``)."""
+_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
+    _int2_binary: "binary_int2", _int4_binary: "binary_int4", _int8_binary: "binary_int8",
+    _oid_binary: "binary_oid", _float4_binary: "binary_float4", _float8_binary: "binary_float8",
+    _tstz_binary: "binary_timestamp", _ts_binary: "binary_timestamp", _date_from_binary: "binary_date"}
 
-    row: Any  # _native.RowCodes
-    key_codes: bytes
-    key_scales: bytes
-    key_fns: tuple[_RawEncoder, ...]
+
+def native_binary_code(codec: TypeCodec) -> str:
+    """The compiled kernel's conversion for ``codec``'s binary (send format) values; chosen, like
+    ``native_code``, by the identity of the codec's converter."""
+    convert = codec.from_binary
+    if convert is None:
+        return "fallback"
+    name = _BINARY_CODES.get(convert)
+    if name is not None:
+        # the timestamp and date converters write the companion's null: only with their own codecs
+        return name if codec.companion == (name in ("binary_timestamp", "binary_date")) else "fallback"
+    if codec.companion:
+        return "binary_decimal" if native_code(codec)[0] == "decimal" else "fallback"
+    if codec.text_to_avro is _bool_text_to_avro:
+        return "binary_bool"
+    if convert is text_from_utf8 and codec.text_to_avro is string_raw_to_avro:
+        return "binary_string"
+    return "fallback"
+
+
+class _NativePlan(NamedTuple):
+    """A plan's inputs to the compiled kernel (``encode/_native.pyx``): its ``Columns`` of the row
+    (nullable fields) and of the key (bare values, except companion codecs' fields)."""
+
+    row: Any
+    key: Any
 
 
 def _native_plan(codecs: tuple[TypeCodec, ...], key_indexes: tuple[int, ...], text_fields: tuple[_RawEncoder, ...],
-                 key_text: dict[int, _RawEncoder]) -> _NativePlan | None:
+                 binary_fields: tuple[_RawEncoder, ...], key_text: dict[int, _RawEncoder],
+                 key_binary: dict[int, _RawEncoder]) -> _NativePlan | None:
     if _native is None:
         return None
     codes = _native.CODES
-    chosen = [native_code(codec) for codec in codecs]
-    row = _native.RowCodes(bytes(codes[name] for name, _ in chosen), bytes(scale for _, scale in chosen),
-                           text_fields, tuple(codec.null_field for codec in codecs))
-    key_codes = bytes(codes[chosen[i][0]] | (0 if codecs[i].companion else codes["bare"]) for i in key_indexes)
-    return _NativePlan(row, key_codes, bytes(chosen[i][1] for i in key_indexes),
-                       tuple(key_text[i] for i in key_indexes))
+    text = [native_code(codec) for codec in codecs]
+    binary = [codes[native_binary_code(codec)] for codec in codecs]
+    nulls = tuple(codec.null_field for codec in codecs)
+    row = _native.Columns(bytes(codes[name] for name, _ in text), bytes(scale for _, scale in text), text_fields,
+                          bytes(binary), binary_fields, nulls)
+    bare = [0 if codecs[i].companion else codes["bare"] for i in key_indexes]
+    key = _native.Columns(bytes(codes[text[i][0]] | flag for i, flag in zip(key_indexes, bare, strict=True)),
+                          bytes(text[i][1] for i in key_indexes), tuple(key_text[i] for i in key_indexes),
+                          bytes(binary[i] | flag for i, flag in zip(key_indexes, bare, strict=True)),
+                          tuple(key_binary[i] for i in key_indexes), tuple(nulls[i] for i in key_indexes),
+                          key_indexes)
+    return _NativePlan(row, key)
 
 
 class _TablePlan:
@@ -285,7 +326,8 @@ class _TablePlan:
         self.value_header = value_header
         self.toast_policy = toast_policy
         self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
-        self.native = _native_plan(codecs, key_indexes, self.text_fields, self.key_text) if native else None
+        self.native = (_native_plan(codecs, key_indexes, self.text_fields, self.binary_fields, self.key_text,
+                                    self.key_binary) if native else None)
 
     def write_row(self, row: TupleData, parts: list[bytes]) -> list[str] | None:
         """Append the ``Value`` record of ``row``; return the unchanged-TOAST column names, if any."""
@@ -343,8 +385,7 @@ class _TablePlan:
         native = self.native
         if native is not None:
             try:
-                key: bytes | None = _native.encode_key(self.key_header, row, self.key_indexes, native.key_codes,
-                                                       native.key_scales, native.key_fns)
+                key: bytes | None = _native.encode_key(self.key_header, row, native.key)
             except _ROW_ERRORS:
                 key = None  # the Python loop below raises the same error, naming the column
             if key is not None:
