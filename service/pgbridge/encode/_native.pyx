@@ -553,6 +553,16 @@ cdef int write_columns(Buf *b, object row, Columns cols, bint nulls_allowed) exc
     return 1
 
 
+cdef int write_image(Buf *b, object image, Columns row) except -1:
+    """``before``/``after``: the null branch, or the value branch and the row; 0 → the Python path."""
+    reserve(b, 1)
+    if image is None:
+        put_byte(b, 0)
+        return 1
+    put_byte(b, 2)
+    return write_columns(b, image, row, True)
+
+
 def encode_envelope(bytes header, object before, object after, Columns row, bytes op, bytes source_head,
                     int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
                     int64_t total_order, int64_t collection_order):
@@ -565,20 +575,8 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
     b.heap = False
     try:
         put_bytes(&b, header)
-        reserve(&b, 2)
-        if before is None:
-            put_byte(&b, 0)
-        else:
-            put_byte(&b, 2)
-            if not write_columns(&b, before, row, True):
-                return None
-        reserve(&b, 2)
-        if after is None:
-            put_byte(&b, 0)
-        else:
-            put_byte(&b, 2)
-            if not write_columns(&b, after, row, True):
-                return None
+        if not write_image(&b, before, row) or not write_image(&b, after, row):
+            return None
         put_bytes(&b, op)
         put_bytes(&b, source_head)
         reserve(&b, 10)
