@@ -115,16 +115,20 @@ TEXT_COLUMNS: list[tuple[str, str, str, dict[str, Any]]] = [
 
 
 def _decoded_rows(pg_dsn: str, broker: Broker, prefix: str, columns: list[tuple[str, str, str, dict[str, Any]]],
-                  *, binary: bool) -> list[dict[str, Any]]:
+                  *, binary: bool, pure_python: bool = False) -> list[dict[str, Any]]:
     definition = ", ".join(f"{name} {pg_type}" for name, pg_type, _, _ in columns)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TYPES + f"CREATE TABLE public.t (id int PRIMARY KEY, {definition})")
     env = bridge_env(pg_dsn, broker.bootstrap, prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never",
-                            "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false"})
+                            "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false",
+                            "PGBRIDGE_PURE_PYTHON": "1" if pure_python else "0"})
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60,
                    message=f"slot never created: {bridge.log()}")
+        wait_until(lambda: " replicating " in bridge.log(), timeout=60, message=f"never streamed: {bridge.log()}")
+        kernels = "compiled_kernels=['pgbridge.decode._native', 'pgbridge.encode._native']"
+        assert ("compiled_kernels=[]" in bridge.log()) if pure_python else (kernels in bridge.log()), bridge.log()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"INSERT INTO t VALUES (1, {', '.join(literal for _, _, literal, _ in columns)})")
             conn.execute("INSERT INTO t (id) VALUES (2)")
@@ -157,3 +161,11 @@ def test_edge_values_of_every_type_family_decode_exactly_in_text_format(pg_dsn: 
 def test_binary_format_decodes_exactly_like_text_for_the_types_it_covers(pg_dsn: str, kafka_broker: Broker,
                                                                          topic_prefix: str) -> None:
     _check(_decoded_rows(pg_dsn, kafka_broker, topic_prefix, BINARY_COLUMNS, binary=True), BINARY_COLUMNS)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_the_pure_python_bridge_decodes_every_type_family_alike(pg_dsn: str, kafka_broker: Broker,
+                                                                topic_prefix: str, binary: bool) -> None:
+    """``PGBRIDGE_PURE_PYTHON=1`` (no compiled kernels) publishes exactly what the kernels do."""
+    columns = BINARY_COLUMNS if binary else BINARY_COLUMNS + TEXT_COLUMNS
+    _check(_decoded_rows(pg_dsn, kafka_broker, topic_prefix, columns, binary=binary, pure_python=True), columns)
