@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled row writer: a row of pgoutput text values → the Avro bytes of the envelope.
+"""Compiled row writer: a row of pgoutput values (text or binary) → the Avro bytes of the envelope.
 
 The pure-Python encoder (``envelope._TablePlan.write_row`` and ``ChangeEncoder._envelope``) is the
 reference and the fallback; this module must write exactly the same bytes (``tests/unit/encode/
@@ -9,8 +9,8 @@ parser does not recognise as Postgres's canonical output (a sign it never prints
 1000-9999, ``NaN``, ``BC``...) goes to the column's Python field encoder instead, so the C side only
 ever handles values whose result it can compute exactly.
 
-Binary (``postgres.binary``) values of integers, floats, bool, timestamps, dates and text-like
-types are converted here too. ``encode_envelope`` returns ``None`` when a row holds an
+Binary (``postgres.binary``) values of integers, floats, bool, ``numeric(p,s)``, timestamps, dates
+and text-like types are converted here too (``envelope.native_binary_code``). ``encode_envelope`` returns ``None`` when a row holds an
 unchanged-TOAST column: the Python path handles those (they need per-column bookkeeping).
 """
 
@@ -22,8 +22,6 @@ from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char *s, char **endptr, object overflow_exception) except? -1.0
-
-from pgbridge.decode.messages import TupleData
 
 # Codes (``envelope.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
 cdef enum:
