@@ -208,60 +208,49 @@ _KEY_HINT: Final = ("the replica identity must include the Kafka key columns: AL
                     "USING INDEX <primary key index> (or DEFAULT with a primary key, or FULL)")
 
 
-def native_code(codec: TypeCodec) -> tuple[str, int]:
-    """The compiled kernel's conversion for ``codec``'s text values, and the decimal scale.
+# The compiled kernel's conversions, keyed by the codec converter each one replaces. Matching by
+# identity means a codec whose converters change simply stops matching and goes through its Python
+# field encoder ("fallback"), never through a conversion written for something else.
+_TEXT_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
+    string_raw_to_avro: "string", _long_text_to_avro: "long", _bool_text_to_avro: "bool"}  # codec.text_to_avro
+_COMPANION_TEXT_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {  # codec.from_text; write the companion's null
+    timestamptz_from_text: "timestamptz", timestamp_from_text: "timestamp", date_from_text: "date"}
+_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {  # codec.from_binary
+    _int2_binary: "binary_int2", _int4_binary: "binary_int4", _int8_binary: "binary_int8",
+    _oid_binary: "binary_oid", _float4_binary: "binary_float4", _float8_binary: "binary_float8"}
+_COMPANION_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
+    _tstz_binary: "binary_timestamp", _ts_binary: "binary_timestamp", _date_from_binary: "binary_date"}
 
-    Chosen by the identity of the codec's converters, so a codec whose converters change simply
-    stops matching and goes through its Python field encoder (``"fallback"``), never through a
-    conversion written for something else. Companion codecs' conversions write the companion's null.
-    """
+
+def native_code(codec: TypeCodec) -> tuple[str, int]:
+    """The compiled kernel's conversion for ``codec``'s text values, and the decimal scale."""
     if codec.companion:
-        if codec.from_text is timestamptz_from_text:
-            return "timestamptz", 0
-        if codec.from_text is timestamp_from_text:
-            return "timestamp", 0
-        if codec.from_text is date_from_text:
-            return "date", 0
         avro = codec.avro
         if (codec.write is write_decimal_bytes and isinstance(avro, dict) and avro.get("logicalType") == "decimal"
                 and "pg_precision" in codec.attributes and 0 <= avro.get("scale", -1) <= 18):
             # numeric(p,s) only: Postgres guarantees its values fit, so the kernel checks no precision
             return "decimal", int(avro["scale"])
-        return "fallback", 0
-    if codec.text_to_avro is string_raw_to_avro:
-        return "string", 0
-    if codec.text_to_avro is _long_text_to_avro:
-        return "long", 0
-    if codec.text_to_avro is _bool_text_to_avro:
-        return "bool", 0
+        return _COMPANION_TEXT_CODES.get(codec.from_text, "fallback"), 0
     if codec.from_text is _float_from_text and codec.avro in ("double", "float"):
         return str(codec.avro), 0
-    return "fallback", 0
-
-
-_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
-    _int2_binary: "binary_int2", _int4_binary: "binary_int4", _int8_binary: "binary_int8",
-    _oid_binary: "binary_oid", _float4_binary: "binary_float4", _float8_binary: "binary_float8",
-    _tstz_binary: "binary_timestamp", _ts_binary: "binary_timestamp", _date_from_binary: "binary_date"}
+    body = codec.text_to_avro
+    return (_TEXT_CODES.get(body, "fallback") if body is not None else "fallback"), 0
 
 
 def native_binary_code(codec: TypeCodec) -> str:
-    """The compiled kernel's conversion for ``codec``'s binary (send format) values; chosen, like
-    ``native_code``, by the identity of the codec's converter."""
+    """The compiled kernel's conversion for ``codec``'s binary (send format) values."""
     convert = codec.from_binary
     if convert is None:
         return "fallback"
-    name = _BINARY_CODES.get(convert)
-    if name is not None:
-        # the timestamp and date converters write the companion's null: only with their own codecs
-        return name if codec.companion == (name in ("binary_timestamp", "binary_date")) else "fallback"
     if codec.companion:
-        return "binary_decimal" if native_code(codec)[0] == "decimal" else "fallback"
-    if codec.text_to_avro is _bool_text_to_avro:
-        return "binary_bool"
+        if native_code(codec)[0] == "decimal":
+            return "binary_decimal"
+        return _COMPANION_BINARY_CODES.get(convert, "fallback")
     if convert is text_from_utf8 and codec.text_to_avro is string_raw_to_avro:
         return "binary_string"
-    return "fallback"
+    if codec.text_to_avro is _bool_text_to_avro:  # (its binary converter is an anonymous lambda)
+        return "binary_bool"
+    return _BINARY_CODES.get(convert, "fallback")
 
 
 class _NativePlan(NamedTuple):
