@@ -252,7 +252,6 @@ class Session:
         self.lease = lease
         self.monitor: SlotMonitor | None = None
         self._event_bytes: dict[str, object] = {}
-        self._table_names: dict[int, tuple[Relation, str]] = {}  # id(relation) → (relation, "schema.table")
         self._next_heartbeat_at = time.monotonic() + settings.postgres.heartbeat_interval_s
         self._next_kafka_probe_at = 0.0
 
@@ -480,7 +479,7 @@ class Session:
             tx = self._tx
             if tx is None:
                 raise FatalError("row change outside a transaction reached the encoder")
-            table = self._table_name(event.relation)
+            table = encoder.table_of(event.relation)
             tally = tx.tally(table)
             records = encoder.encode_row(event, tx.next_context(tally))
             tally.nbytes += self.publisher.produce_all(records, tx.callback, tx.unit, self._idle_tick)
@@ -518,7 +517,7 @@ class Session:
             if tx is None:
                 raise FatalError("truncate outside a transaction reached the encoder")
             for relation in event.relations:
-                table = f"{relation.namespace}.{relation.name}"
+                table = encoder.table_of(relation)
                 tally = tx.tally(table)
                 record = encoder.encode_truncate(event, relation, tx.next_context(tally))
                 self._produce(record, tx.callback, tx.unit)
@@ -574,16 +573,6 @@ class Session:
         if self.stop.is_set():
             raise _StopRequested()
         self._housekeeping(reply_requested=False)
-
-    def _table_name(self, relation: Relation) -> str:
-        """``schema.table`` of a Relation version, formatted once (the relation cache hands out
-        the same object for every row)."""
-        entry = self._table_names.get(id(relation))
-        if entry is None or entry[0] is not relation:
-            if len(self._table_names) >= 4096:
-                self._table_names.clear()
-            entry = self._table_names[id(relation)] = (relation, f"{relation.namespace}.{relation.name}")
-        return entry[1]
 
     def _event_counter(self, key: tuple[str, str]) -> Any:
         """The ``pgbridge_events_total`` child of (table, op), looked up once per key."""

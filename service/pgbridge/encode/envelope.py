@@ -473,6 +473,10 @@ class ChangeEncoder:
         """``{prefix}.{schema}.{table}`` with characters outside ``[A-Za-z0-9._-]`` as ``_``."""
         return topic_name(self._prefix, relation.namespace, relation.name)
 
+    def table_of(self, relation: Relation) -> str:
+        """``schema.table`` of a Relation version, from its plan (one identity look-up per row)."""
+        return self._plan(relation).table
+
     def key_schema(self, relation: Relation) -> dict[str, Any] | None:
         """The Avro key schema of ``relation``, ``None`` for a null key (for ``pgbridge schemas``)."""
         return self._schemas(relation).key
