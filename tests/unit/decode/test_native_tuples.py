@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from pgbridge.decode import pgoutput
 from pgbridge.errors import DecodeError
+from tests.support.kernels import compiled
 
 
 @pytest.fixture(autouse=True)
-def kernel() -> Iterator[str]:
+def kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Overrides the package's two-way fixture: these tests compare the two ways themselves."""
-    if pgoutput._native is None:
-        pytest.fail("the compiled kernel pgbridge.decode._native is not built (pip install -e . with a C compiler)")
+    monkeypatch.setattr(pgoutput, "_native", compiled("pgbridge.decode._native"))
     yield "native"
 
 

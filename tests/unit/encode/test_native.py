@@ -24,14 +24,14 @@ from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar, 
 from pgbridge.encode.envelope import native_binary_code, native_code
 from pgbridge.encode.schemas import column_codecs
 from pgbridge.lsn import Lsn
+from tests.support.kernels import compiled
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
 
 @pytest.fixture(autouse=True)
-def kernel() -> Iterator[str]:
+def kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Overrides the package's two-way fixture: these tests compare the two ways themselves."""
-    if envelope._native is None:
-        pytest.fail("the compiled kernel pgbridge.encode._native is not built (pip install -e . with a C compiler)")
+    monkeypatch.setattr(envelope, "_native", compiled("pgbridge.encode._native"))
     yield "native"
 
 
