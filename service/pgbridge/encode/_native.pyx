@@ -113,6 +113,26 @@ cdef inline void put_long(Buf *b, int64_t n):
     put_varint(b, (<uint64_t>n << 1) ^ <uint64_t>(n >> 63))
 
 
+cdef inline void put_branch(Buf *b, bint branch):
+    """The value branch of a ``["null", T]`` field; nothing for a bare (key) value."""
+    if branch:
+        put_byte(b, 2)
+
+
+cdef inline void put_companion_long(Buf *b, int64_t value):
+    """A companion codec's field holding ``value``: value branch, the long, the ``__text`` null."""
+    put_byte(b, 2)
+    put_long(b, value)
+    put_byte(b, 0)
+
+
+cdef inline void buf_init(Buf *b, char *stack, Py_ssize_t size):
+    b.data = stack
+    b.length = 0
+    b.capacity = size
+    b.heap = False
+
+
 cdef inline int put_bytes(Buf *b, bytes data) except -1:
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     reserve(b, n)
@@ -286,8 +306,9 @@ cdef inline int parse_timestamp(const unsigned char *p, Py_ssize_t n, bint with_
     return 1
 
 
-cdef inline int write_decimal(Buf *b, int64_t v):
-    """Avro decimal bytes as ``wire.write_decimal_bytes``: width ``bit_length // 8 + 1``."""
+cdef inline int put_companion_decimal(Buf *b, int64_t v):
+    """A ``numeric(p,s)`` field holding the unscaled ``v``: value branch, the Avro decimal bytes as
+    ``wire.write_decimal_bytes`` writes them (width ``bit_length // 8 + 1``), the ``__text`` null."""
     cdef uint64_t magnitude = <uint64_t>(-v) if v < 0 else <uint64_t>v
     cdef int bits = 0
     cdef int size, k
@@ -295,9 +316,11 @@ cdef inline int write_decimal(Buf *b, int64_t v):
         bits += 1
         magnitude >>= 1
     size = (bits + 8) // 8
+    put_byte(b, 2)
     put_varint(b, <uint64_t>(size * 2))
     for k in range(size - 1, -1, -1):
         put_byte(b, <char>((v >> (8 * k)) & 0xFF))
+    put_byte(b, 0)
     return 0
 
 
@@ -324,8 +347,7 @@ cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallbac
         for i in range(n):
             if p[i] >= 0x80:
                 return put_bytes(b, fallback(raw))  # UTF-8 validation is Python's
-        if branch:
-            put_byte(b, 2)
+        put_branch(b, branch)
         put_varint(b, <uint64_t>(n * 2))
         reserve(b, n)
         memcpy(b.data + b.length, p, n)
@@ -333,40 +355,31 @@ cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallbac
         return 0
     if code == C_LONG:
         if parse_long(p, n, &value):
-            if branch:
-                put_byte(b, 2)
+            put_branch(b, branch)
             put_long(b, value)
             return 0
     elif code == C_DECIMAL:
         if parse_decimal(p, n, scale, &value):
-            put_byte(b, 2)
-            write_decimal(b, value)
-            put_byte(b, 0)
+            put_companion_decimal(b, value)
             return 0
     elif code == C_BOOL:
         if n == 1 and (p[0] == 116 or p[0] == 102):  # 't' / 'f'
-            if branch:
-                put_byte(b, 2)
+            put_branch(b, branch)
             put_byte(b, 1 if p[0] == 116 else 0)
             return 0
     elif code == C_TIMESTAMPTZ or code == C_TIMESTAMP:
         if parse_timestamp(p, n, code == C_TIMESTAMPTZ, &value):
-            put_byte(b, 2)
-            put_long(b, value)
-            put_byte(b, 0)
+            put_companion_long(b, value)
             return 0
     elif code == C_DATE:
         if n == 10 and parse_date(p, n, &value):
-            put_byte(b, 2)
-            put_long(b, value)
-            put_byte(b, 0)
+            put_companion_long(b, value)
             return 0
     elif code == C_DOUBLE or code == C_FLOAT:
         if n > 0 and (48 <= p[0] <= 57 or p[0] == 45):
             d = PyOS_string_to_double(<const char *>p, &end, None)
             if end == <char *>p + n:
-                if branch:
-                    put_byte(b, 2)
+                put_branch(b, branch)
                 if code == C_DOUBLE:
                     u.d = d
                     put_le(b, u.u64, 8)
@@ -439,13 +452,11 @@ cdef int write_binary_field(Buf *b, int code, int scale, bytes raw, object fallb
     elif code == B_OID and n == 4:
         value = <int64_t>read_be(p, 4)
     elif code == B_BOOL and n == 1:
-        if branch:
-            put_byte(b, 2)
+        put_branch(b, branch)
         put_byte(b, 1 if p[0] else 0)
         return 0
     elif code == B_FLOAT8 and n == 8:
-        if branch:
-            put_byte(b, 2)
+        put_branch(b, branch)
         put_le(b, read_be(p, 8), 8)
         return 0
     elif code == B_FLOAT4 and n == 4:
@@ -453,39 +464,31 @@ cdef int write_binary_field(Buf *b, int code, int scale, bytes raw, object fallb
         u.u32 = <uint32_t>read_be(p, 4)
         d = u.f
         u.f = <float>d
-        if branch:
-            put_byte(b, 2)
+        put_branch(b, branch)
         put_le(b, u.u32, 4)
         return 0
     elif code == B_TIMESTAMP and n == 8:
         value = <int64_t>read_be(p, 8)
         if -(1 << 62) < value < (1 << 62):  # ±infinity and the far edges: Python's companion rules
-            put_byte(b, 2)
-            put_long(b, value + 946684800000000)  # 2000-01-01 in Unix microseconds
-            put_byte(b, 0)
+            put_companion_long(b, value + 946684800000000)  # 2000-01-01 in Unix microseconds
             return 0
         return put_bytes(b, fallback(raw))
     elif code == B_DATE and n == 4:
         value = <int32_t>read_be(p, 4)
         if -(1 << 30) < value < (1 << 30):
-            put_byte(b, 2)
-            put_long(b, value + 10957)  # 2000-01-01 in Unix days
-            put_byte(b, 0)
+            put_companion_long(b, value + 10957)  # 2000-01-01 in Unix days
             return 0
         return put_bytes(b, fallback(raw))
     elif code == B_STRING:
         return write_text_field(b, C_STRING | (0 if branch else BARE), 0, raw, fallback)
     elif code == B_DECIMAL:
         if numeric_binary_unscaled(p, n, scale, &value):
-            put_byte(b, 2)
-            write_decimal(b, value)
-            put_byte(b, 0)
+            put_companion_decimal(b, value)
             return 0
         return put_bytes(b, fallback(raw))
     else:
         return put_bytes(b, fallback(raw))
-    if branch:
-        put_byte(b, 2)
+    put_branch(b, branch)
     put_long(b, value)
     return 0
 
@@ -567,10 +570,7 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
     """The framed envelope (see ``ChangeEncoder._envelope``), or ``None`` for the Python path."""
     cdef char stack[STACK]
     cdef Buf b
-    b.data = stack
-    b.length = 0
-    b.capacity = STACK
-    b.heap = False
+    buf_init(&b, stack, STACK)
     try:
         put_bytes(&b, header)
         if not write_image(&b, before, row) or not write_image(&b, after, row):
@@ -603,10 +603,7 @@ def encode_key(bytes header, object row, Columns key):
     """The framed key (``_TablePlan.key_of``), or ``None`` for the Python path."""
     cdef char stack[256]
     cdef Buf b
-    b.data = stack
-    b.length = 0
-    b.capacity = 256
-    b.heap = False
+    buf_init(&b, stack, 256)
     try:
         put_bytes(&b, header)
         if not write_columns(&b, row, key, False):
