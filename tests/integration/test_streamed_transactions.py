@@ -12,11 +12,11 @@ import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
+from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.transactions import (
     consume_topic,
-    scrape_metrics,
     slot_stream_stats,
     streaming_cluster,
     streaming_dsn,
@@ -104,10 +104,10 @@ def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_t
         assert next(expected, None) is None
         wait_for_streaming(streaming_dsn, topic_prefix, transactions=1)  # Postgres really streamed it
         assert bridge.http_port is not None
-        metrics = scrape_metrics(bridge.http_port)
-        assert metrics["pgbridge_spilled_bytes_total"] > 0, "the 4 MiB buffer never spilled"
-        assert metrics["pgbridge_buffered_bytes"] == 0
-        assert metrics['pgbridge_transactions_total{outcome="committed"}'] == 1
+        metrics = scrape(bridge.http_port)
+        assert metric(metrics, "pgbridge_spilled_bytes_total") > 0, "the 4 MiB buffer never spilled"
+        assert metric(metrics, "pgbridge_buffered_bytes") == 0
+        assert metric(metrics, "pgbridge_transactions_total", outcome="committed") == 1
         assert bridge.terminate() == 0, bridge.log()
 
 
@@ -167,10 +167,10 @@ def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the
         stats = wait_for_streaming(streaming_dsn, topic_prefix, transactions=2)
         assert stats["stream_count"] > 3, stats  # in several blocks each, interleaved on the wire
         assert bridge.http_port is not None
-        metrics = scrape_metrics(bridge.http_port)
-        assert metrics["pgbridge_buffered_bytes"] == 0
-        assert metrics['pgbridge_transactions_total{outcome="committed"}'] == rounds + 3
-        aborted = metrics.get('pgbridge_transactions_total{outcome="aborted"}', 0)
+        metrics = scrape(bridge.http_port)
+        assert metric(metrics, "pgbridge_buffered_bytes") == 0
+        assert metric(metrics, "pgbridge_transactions_total", outcome="committed") == rounds + 3
+        aborted = metric(metrics, "pgbridge_transactions_total", outcome="aborted")
         assert aborted <= 1
         if slot_stream_stats(streaming_dsn, topic_prefix)["stream_txns"] >= 3:
             assert aborted == 1  # Postgres streamed the aborted one too, so its Stream Abort was counted

@@ -13,11 +13,11 @@ import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
+from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import execute, slot_confirmed_flush_lsn
 from tests.support.transactions import (
     insert_lsn,
-    scrape_metrics,
     streaming_cluster,
     streaming_dsn,
     wait_for_streaming,
@@ -123,7 +123,7 @@ def test_prepared_transaction_is_published_once_at_its_commit_position_across_a_
         wait_until(lambda: (slot_confirmed_flush_lsn(dsn, topic_prefix) or 0) > before_p1, timeout=30,
                    message="the confirmed LSN did not move past p1 after its COMMIT PREPARED")
         assert bridge.http_port is not None
-        metrics = scrape_metrics(bridge.http_port)
+        metrics = scrape(bridge.http_port)
         assert bridge.terminate() == 0, bridge.log()
     finally:
         bridge.kill()
@@ -136,11 +136,11 @@ def test_prepared_transaction_is_published_once_at_its_commit_position_across_a_
     assert len({e["source"]["commit_lsn"] for e in p1}) == 1
     commit_lsns = [e["source"]["commit_lsn"] for e in first]
     assert commit_lsns == sorted(commit_lsns)
-    assert metrics['pgbridge_transactions_total{outcome="committed"}'] >= 3
+    assert metric(metrics, "pgbridge_transactions_total", outcome="committed") >= 3
     # after the restart Postgres re-sent both PREPAREs, then p2 was rolled back
-    assert metrics['pgbridge_transactions_total{outcome="prepared"}'] == 2
-    assert metrics['pgbridge_transactions_total{outcome="rolled_back"}'] == 1
-    assert metrics["pgbridge_buffered_bytes"] == 0
+    assert metric(metrics, "pgbridge_transactions_total", outcome="prepared") == 2
+    assert metric(metrics, "pgbridge_transactions_total", outcome="rolled_back") == 1
+    assert metric(metrics, "pgbridge_buffered_bytes") == 0
 
 
 def test_streamed_prepared_transaction_is_published_whole_after_commit_prepared(
@@ -168,7 +168,7 @@ def test_streamed_prepared_transaction_is_published_whole_after_commit_prepared(
         assert _ids(_events(bootstrap, topic_prefix, 1)) == [500_001]
         stats = wait_for_streaming(dsn, topic_prefix, transactions=2)
         assert bridge.http_port is not None
-        assert scrape_metrics(bridge.http_port)["pgbridge_spilled_bytes_total"] > 0
+        assert metric(scrape(bridge.http_port), "pgbridge_spilled_bytes_total") > 0
         confirmed = slot_confirmed_flush_lsn(dsn, topic_prefix)
         assert confirmed is not None and confirmed <= before_big
 

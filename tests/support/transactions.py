@@ -4,7 +4,6 @@ statistics, the bridge's own metrics, and a streaming topic reader for very larg
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.kafka import list_topics
 from tests.support.postgres import (
@@ -76,19 +74,6 @@ def insert_lsn(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
     assert row is not None
     return int(row[0])
-
-
-def scrape_metrics(port: int) -> dict[str, float]:
-    """The bridge's /metrics as {sample name with labels: value}, e.g.
-    ``pgbridge_transactions_total{outcome="committed"}``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return samples
 
 
 def consume_topic(bootstrap: str, topic: str, handle: Callable[[bytes | None, bytes | None], None], *,
