@@ -97,8 +97,10 @@ def _tuple(buf: bytes, pos: int, count: int, tag: str) -> tuple[TupleData, int]:
     No per-column bounds checks: ``pos`` only grows, a value that overruns pushes it past the end
     and the next read raises, and a final comparison catches an overrun by the last column.
     ``kinds`` stays ``None`` while every column is text, the common case, saving a store a column.
+    The compiled twin (``decode/_native.pyx``) does the same loop; on malformed data it returns
+    ``None`` and this loop names the fault. (Both entry points have made ``buf`` a ``bytes``.)
     """
-    if _native is not None and type(buf) is bytes:
+    if _native is not None:
         parsed = _native.read_tuple(buf, pos, count)
         if parsed is not None:
             data = _new(TupleData)
