@@ -2079,17 +2079,24 @@ def _text_codec(name: str, from_binary: Converter | None = None) -> TypeCodec:
                      text_of_binary=from_binary)
 
 
+_NUMERIC_OID: Final = 1700
+
+
 @lru_cache(maxsize=1024)
-def _builtin_codec(type_oid: int, type_modifier: int) -> TypeCodec | None:
+def _builtin_codec(type_oid: int, type_modifier: int, numeric: NumericPolicy | None = None) -> TypeCodec | None:
+    """A builtin type's codec; ``numeric`` applies to ``numeric`` without precision (and so to
+    arrays of it, which recurse here)."""
     builtin = BUILTIN_TYPES.get(type_oid)
     if builtin is not None:
+        if numeric is not None and type_oid == _NUMERIC_OID and numeric_typmod(type_modifier) is None:
+            return _policy_decimal_codec(numeric)
         if builtin.build is None:
             return _text_codec(builtin.name)
         return builtin.build(builtin.name, type_modifier)
     element = ARRAY_ELEMENTS.get(type_oid)
     if element is not None:
         # An array column's modifier is its element's (numeric(10,2)[] carries (10,2)).
-        element_codec = _builtin_codec(element.oid, type_modifier)
+        element_codec = _builtin_codec(element.oid, type_modifier, numeric)
         assert element_codec is not None
         return _array_codec(f"_{element.name}", element_codec, element.delimiter)
     return None
@@ -2097,10 +2104,6 @@ def _builtin_codec(type_oid: int, type_modifier: int) -> TypeCodec | None:
 
 def _qualified(namespace: str, name: str) -> str:
     return name if namespace in ("pg_catalog", "") else f"{namespace}.{name}"
-
-
-_NUMERIC_OID: Final = 1700
-_NUMERIC_ARRAY_OID: Final = 1231
 
 
 def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = None,
@@ -2114,10 +2117,7 @@ def codec_for(type_oid: int, type_modifier: int, type_names: TypeNames | None = 
     ``numeric`` turns ``numeric`` without precision (also in arrays, domains and composites; not in
     ``numrange``) into a decimal (``NumericPolicy``) instead of its exact string.
     """
-    if numeric is not None and type_oid in (_NUMERIC_OID, _NUMERIC_ARRAY_OID) and numeric_typmod(type_modifier) is None:
-        decimal = _policy_decimal_codec(numeric)
-        return decimal if type_oid == _NUMERIC_OID else _array_codec("_numeric", decimal, b",")
-    codec = _builtin_codec(type_oid, type_modifier)
+    codec = _builtin_codec(type_oid, type_modifier, numeric)
     if codec is not None:
         return codec
     info = catalog(type_oid) if catalog is not None and _depth < _MAX_TYPE_DEPTH else None
