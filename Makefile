@@ -20,7 +20,7 @@ demo: install
 	$(VENV)/bin/pgbridge demo
 
 lint: install
-	$(VENV)/bin/ruff check service tests bench spark setup.py
+	$(VENV)/bin/ruff check service tests bench spark jvm setup.py
 	$(VENV)/bin/mypy
 
 test: lint
