@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient
 from pgbridge.config import Settings
 from pgbridge.encode.typemap import codec_for
 from pgbridge.errors import PgbridgeError
+from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
 from pgbridge.source.type_catalog import CatalogTypes
@@ -162,7 +163,7 @@ def _binary_problems(conn: psycopg.Connection[tuple[object, ...]], catalog: Cata
 
 
 def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
-    admin = AdminClient(admin_config(settings.kafka))
+    admin = AdminClient(admin_config(settings.kafka), logger=LibrdkafkaLog())
     try:
         admin.list_topics(timeout=timeout_s)
     except Exception as exc:

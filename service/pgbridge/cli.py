@@ -100,6 +100,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         from pgbridge.check import run_checks
 
+        if not args.debug:  # the verdict lines say what failed; librdkafka's retries would bury them
+            logging.getLogger("librdkafka").setLevel(logging.CRITICAL)
         problems = run_checks(settings)
         for problem in problems:
             print(problem.line(), file=sys.stdout)

@@ -56,6 +56,7 @@ from pgbridge.config import BufferConfig, HttpConfig, KafkaConfig, PostgresConfi
 from pgbridge.consumer import SchemaStore, UnknownSchema
 from pgbridge.embedded import EmbeddedError
 from pgbridge.embedded._process import remove_stale_dirs
+from pgbridge.logs import LibrdkafkaLog
 from pgbridge.lsn import format_lsn
 from pgbridge.metrics import Metrics
 from pgbridge.publish.topics import messages_topic, schemas_topic, table_topic, transactions_topic
@@ -616,7 +617,7 @@ class _Reader:
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
             "topic.metadata.refresh.interval.ms": 1000,
-        }, logger=logging.getLogger("librdkafka"))
+        }, logger=LibrdkafkaLog())
 
     def settled(self) -> bool:
         """Whether every topic is assigned and the last one has had time to be read from its start."""

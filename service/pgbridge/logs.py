@@ -10,7 +10,9 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 _STANDARD: Final = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -59,12 +61,59 @@ class TextFormatter(logging.Formatter):
         return redact(line)
 
 
+# librdkafka repeats a failing connection attempt every reconnect backoff (about 20 lines a second
+# against a refused port); one line per distinct message per window is what an operator can read.
+KAFKA_LOG_WINDOW_S: Final = 30.0
+_NUMBERS: Final = re.compile(r"\d+")
+
+
+class LibrdkafkaLog:
+    """The ``logger`` of every confluent-kafka client: librdkafka's lines as structured records.
+
+    confluent-kafka calls ``log(level, "%s [%s] %s", facility, client name, message)``. Each
+    distinct message (numbers folded, so ``after 3ms`` and ``after 5ms`` are one) is logged at most
+    once per ``window_s``; the next line after a window says how many were suppressed. Lines pass
+    through the same redaction as every other record.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, *, window_s: float = KAFKA_LOG_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._logger = logger or logging.getLogger("librdkafka")
+        self._window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        if not self._logger.isEnabledFor(level):
+            return
+        if len(args) >= 3:
+            facility, client, message = str(args[0]), str(args[1]), str(args[2])
+        else:
+            facility, client, message = "", "", (fmt % args if args else fmt)
+        key = (facility, _NUMBERS.sub("#", message))
+        now = self._clock()
+        with self._lock:
+            first, suppressed = self._seen.get(key, (-float("inf"), 0))
+            if now - first < self._window_s:
+                self._seen[key] = (first, suppressed + 1)
+                return
+            self._seen[key] = (now, 0)
+            if len(self._seen) > 1024:  # bounded: forget the oldest half
+                for stale in sorted(self._seen, key=lambda k: self._seen[k][0])[:512]:
+                    del self._seen[stale]
+        extra: dict[str, object] = {"facility": facility, "client": client}
+        if suppressed:
+            extra["suppressed"] = suppressed
+        self._logger.log(level, "%s", message, extra=extra)
+
+
 def configure_logging(level: str = "INFO", *, json_format: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_format else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # librdkafka logs every failed reconnect attempt; the producer's error callback already reports
-    # state changes once each, so its own log is only shown when debugging.
-    logging.getLogger("librdkafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+    # librdkafka's lines come through LibrdkafkaLog (deduplicated per window); warnings and errors
+    # are worth seeing, its chatter only when debugging.
+    logging.getLogger("librdkafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)

@@ -109,3 +109,44 @@ def test_check_names_columns_binary_mode_cannot_read(pg_dsn: str, kafka_broker: 
     result = _check(_env(pg_dsn, kafka_broker.bootstrap))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reads only as text" not in result.stdout
+
+
+def test_check_against_an_unreachable_broker_prints_its_verdict_and_no_librdkafka_lines(pg_dsn: str) -> None:
+    # given: nothing listens on the broker's port
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE good (id int PRIMARY KEY); CREATE PUBLICATION pub FOR TABLE good")
+    port = free_port()
+    # when
+    result = _check(_env(pg_dsn, f"127.0.0.1:{port}"))
+    # then: one verdict line for Kafka, none of librdkafka's own (%3|...|FAIL|... lines) on either stream
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert f"Kafka at 127.0.0.1:{port} is unreachable" in result.stdout
+    assert "%3|" not in output and "%6|" not in output and "FAIL" not in output, output
+    assert len(output.splitlines()) <= 3, output
+
+
+def test_json_logs_carry_librdkafka_lines_as_structured_records_once(pg_dsn: str) -> None:
+    # given: pgbridge run against a refused broker port logs in JSON for a few seconds
+    import json
+    import signal
+    import time
+
+    port = free_port()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE good (id int PRIMARY KEY); CREATE PUBLICATION pub FOR TABLE good")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
+    env = {**clean, **_env(pg_dsn, f"127.0.0.1:{port}"), "PGBRIDGE_LOG__JSON": "true",
+           "PGBRIDGE_HTTP__PORT": "0", "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_HA__LEADER_ELECTION": "false"}
+    process = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(6)  # a positive bound: librdkafka retries ~20 times a second, so this is ~100 attempts
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=60)
+    # then: every line is JSON, and the refused connection is reported a bounded number of times
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]
+    refused = [r for r in records if r.get("logger") == "librdkafka" and "refused" in str(r.get("msg"))]
+    assert 1 <= len(refused) <= 4, err
+    assert all(r.get("facility") for r in refused)

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from pgbridge.ack.tracker import AckTracker, PublishSlot
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable, PgbridgeError, PublishError
+from pgbridge.logs import LibrdkafkaLog
 from pgbridge.metrics import Metrics
 from pgbridge.publish.topics import TopicManager
 
@@ -78,8 +79,8 @@ class KafkaPublisher:
         self.kafka_ok = True
         settings = producer_config(config)
         settings["error_cb"] = self._on_client_error
-        self._producer = Producer(settings, logger=logging.getLogger("librdkafka"))
-        self.topics = TopicManager(AdminClient(admin_config(config)), partitions=config.topic_partitions,
+        self._producer = Producer(settings, logger=LibrdkafkaLog())
+        self.topics = TopicManager(AdminClient(admin_config(config), logger=LibrdkafkaLog()), partitions=config.topic_partitions,
                                    replication_factor=config.topic_replication_factor)
         self._max_in_flight = config.max_in_flight
         self._last_topic: str | None = None  # produce_all: the last topic known to exist

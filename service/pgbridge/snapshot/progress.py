@@ -77,6 +77,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
+from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import producer_config
 from pgbridge.publish.topics import TopicManager, sanitize
 
@@ -156,7 +157,7 @@ class ProgressStore:
     def _ensure(self) -> Producer:
         if self._producer is None:
             self._topics.ensure(self.topic, compacted=True)
-            self._producer = Producer(producer_config(self._config))
+            self._producer = Producer(producer_config(self._config), logger=LibrdkafkaLog())
         return self._producer
 
     def load(self) -> dict[str, dict[str, Any]]:
@@ -168,7 +169,7 @@ class ProgressStore:
         for name, secret in self._config.properties.items():
             if name.startswith(("security.", "ssl.", "sasl.")):
                 settings[name] = secret.get_secret_value()
-        consumer = Consumer(settings)
+        consumer = Consumer(settings, logger=LibrdkafkaLog())
         records: dict[str, dict[str, Any]] = {}
         prefix = f"{self.slot}/"
         deadline = time.monotonic() + LOAD_TIMEOUT_S
