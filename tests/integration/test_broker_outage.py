@@ -1,4 +1,7 @@
-"""With the broker down nothing is confirmed; once a broker is back everything since is delivered."""
+"""With the broker down nothing is confirmed; once a broker is back everything since is delivered.
+
+On Apache Kafka the broker comes back with its log (the realistic outage), and the first new
+delivery must follow within seconds, not after a delivery timeout."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
-from tests.support.broker import Broker
+from tests.support.broker import Broker, broker_kind
 from tests.support.kafka import read_topic
 from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
@@ -48,8 +51,17 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
         # when: a new, empty broker comes up on the same address
         fresh_broker.restart()
         restarted = time.monotonic()
+        kept = 50 if broker_kind() == "kafka" else 0  # Apache Kafka keeps its log; Tansu comes back empty
+
+        def new_delivery() -> bool:
+            return len(read_topic(fresh_broker.bootstrap, topic, timeout=5, idle=0.1)) > kept
+
+        wait_until(new_delivery, timeout=120, interval=0.1, message="nothing new delivered after the restart")
+        first_delivery_s = time.monotonic() - restarted
         records = read_topic(fresh_broker.bootstrap, topic, min_count=100, timeout=240, idle=2.0)
-        print(f"redelivered {time.monotonic() - restarted:.1f}s after the broker came back")
+        print(f"first new delivery {first_delivery_s:.1f}s after the broker came back")
+        # the realistic outage (Apache Kafka back with its log) heals in seconds, not a delivery timeout
+        assert first_delivery_s < 15.0, f"first new delivery took {first_delivery_s:.1f}s"
         # then: everything committed since the last confirmed LSN is delivered
         store = load_schemas(fresh_broker.bootstrap, topic_prefix)
         ids = {store.decode(r.value)["after"]["id"] for r in records if r.value is not None}

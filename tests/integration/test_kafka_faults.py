@@ -1,0 +1,137 @@
+"""Broker faults on a real three-node Apache Kafka cluster (RF 3, ``min.insync.replicas=2``).
+
+Each scenario runs the remembering workload (tests/support/workload.py) while one broker fails:
+the partition leader killed with ``kill -9``; a broker frozen with SIGSTOP for 20 s, during which
+pgbridge itself is killed with ``kill -9`` and restarted (so whatever it had confirmed by then must
+already be in Kafka). In each: nothing lost, nothing reordered, duplicates identical, replay equals
+the table, and the slot's confirmed LSN never passed a change that Kafka had not acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, decode_records, load_schemas
+from tests.support.broker import KafkaCluster, start_apache_kafka
+from tests.support.kafka import read_topic
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.replay import diff_states, replay, table_state, wait_caught_up
+from tests.support.waiting import wait_until
+from tests.support.workload import ITEMS_DDL, Workload, verify_committed
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[KafkaCluster]:
+    cluster = start_apache_kafka(nodes=3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def healthy(cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The shared cluster with every node up before and after the test."""
+    cluster.restart()
+    yield cluster
+    for node in cluster.nodes:
+        node.resume()
+    cluster.restart()
+
+
+def _start(pg_dsn: str, cluster: KafkaCluster, prefix: str) -> tuple[dict[str, str], BridgeProcess]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(ITEMS_DDL)
+    env = bridge_env(pg_dsn, cluster.bootstrap, prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.items", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_KAFKA__TOPIC_REPLICATION_FACTOR": "3",
+                            "PGBRIDGE_KAFKA__DELIVERY_TIMEOUT_MS": "120000"})
+    bridge = BridgeProcess(env).start()
+    wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60, message="slot never created")
+    return env, bridge
+
+
+def _first_delivery(pg_dsn: str, cluster: KafkaCluster, prefix: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO items VALUES (0, 'first', 0)")
+    read_topic(cluster.bootstrap, f"{prefix}.public.items", min_count=1, timeout=60, idle=0.2)
+
+
+def _verify(pg_dsn: str, cluster: KafkaCluster, prefix: str, workload: Workload) -> int:
+    wait_caught_up(pg_dsn, prefix, timeout=180)
+    topic = f"{prefix}.public.items"
+    records = read_topic(cluster.bootstrap, topic, min_count=workload.expected_total + 1, timeout=180, idle=2.0)
+    store = load_schemas(cluster.bootstrap, prefix)
+    values: list[dict[str, Any]] = [store.decode(r.value) for r in records if r.value is not None]
+    duplicates = verify_committed([v for v in values if v["after"] is None or v["after"]["id"] != 0],
+                                  workload.committed)
+    state = replay(decode_records(store, records))
+    assert diff_states(state, table_state(pg_dsn, "public.items", ("id",))) == ""
+    return duplicates
+
+
+def test_partition_leader_killed_under_load_loses_and_reorders_nothing(
+        pg_dsn: str, healthy: KafkaCluster, topic_prefix: str) -> None:
+    # given: pgbridge streaming into the three-node cluster
+    _env, bridge = _start(pg_dsn, healthy, topic_prefix)
+    try:
+        _first_delivery(pg_dsn, healthy, topic_prefix)
+        workload = Workload(pg_dsn, transactions=800, seed=3)
+        workload.start()
+        time.sleep(1.0)  # the workload is committing
+        # when: the leader of the table topic's partition dies with kill -9, and comes back later
+        leader = healthy.leader_of(f"{topic_prefix}.public.items")
+        leader.kill()
+        killed = time.monotonic()
+        successor = healthy.leader_of(f"{topic_prefix}.public.items")
+        print(f"leader {leader.node_id} killed; node {successor.node_id} leads after "
+              f"{time.monotonic() - killed:.1f}s")
+        time.sleep(3.0)
+        leader.start()
+        workload.join(300)
+        assert workload.error is None, workload.error
+        # then
+        duplicates = _verify(pg_dsn, healthy, topic_prefix, workload)
+        assert bridge.alive(), bridge.log()
+        print(f"transactions={len(workload.committed)} changes={workload.expected_total} duplicates={duplicates}")
+        assert bridge.terminate() == 0, bridge.log()
+    finally:
+        bridge.kill()
+
+
+def test_a_broker_frozen_for_20s_with_pgbridge_killed_meanwhile_loses_nothing(
+        pg_dsn: str, healthy: KafkaCluster, topic_prefix: str) -> None:
+    # given
+    env, bridge = _start(pg_dsn, healthy, topic_prefix)
+    try:
+        _first_delivery(pg_dsn, healthy, topic_prefix)
+        workload = Workload(pg_dsn, transactions=800, seed=5)
+        workload.start()
+        time.sleep(1.0)
+        # when: the partition leader is SIGSTOPped for 20 s; halfway through pgbridge is killed -9
+        # and restarted, so what it had confirmed by then must already be in Kafka
+        leader = healthy.leader_of(f"{topic_prefix}.public.items")
+        leader.pause()
+        frozen = time.monotonic()
+        time.sleep(10.0)
+        confirmed_at_kill = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+        bridge.kill()
+        bridge = BridgeProcess(env, log_path=bridge.log_path).start()
+        time.sleep(max(0.0, 20.0 - (time.monotonic() - frozen)))
+        leader.resume()
+        workload.join(300)
+        assert workload.error is None, workload.error
+        # then
+        duplicates = _verify(pg_dsn, healthy, topic_prefix, workload)
+        print(f"confirmed at kill {confirmed_at_kill}, transactions={len(workload.committed)} "
+              f"duplicates={duplicates}")
+        assert bridge.terminate() == 0, bridge.log()
+    finally:
+        bridge.kill()
