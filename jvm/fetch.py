@@ -67,8 +67,12 @@ def fetch(component: str) -> Path:
         if marker.exists():
             return target
         shutil.rmtree(target, ignore_errors=True)
-        cmd = [mvn, "-q", "-B", "-f", str(pom_of(component)), "dependency:copy-dependencies",
-               f"-DoutputDirectory={target}", "-DincludeScope=runtime"]
+        pom = pom_of(component)
+        # A pom with <artifactItems> names exact artifacts (dependency:copy, no transitive resolution);
+        # any other pom lists dependencies to copy with everything they need.
+        goal = ["dependency:copy"] if "<artifactItems>" in pom.read_text() else \
+            ["dependency:copy-dependencies", "-DincludeScope=runtime"]
+        cmd = [mvn, "-q", "-B", "-f", str(pom), *goal, f"-DoutputDirectory={target}"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired as exc:
@@ -76,8 +80,8 @@ def fetch(component: str) -> Path:
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise FetchError(f"Maven failed to fetch {component!r} (exit {done.returncode}):\n{tail}")
-        if not any(target.glob("*.jar")):
-            raise FetchError(f"Maven fetched no jar for {component!r} into {target}")
+        if not any(target.glob("*.jar")) and not any(target.glob("*.zip")):
+            raise FetchError(f"Maven fetched no jar or archive for {component!r} into {target}")
         marker.write_text("ok\n")
     return target
 

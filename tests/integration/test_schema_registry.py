@@ -1,9 +1,11 @@
-"""Registry mode through the real bridge, against the Schema Registry test double.
+"""Registry mode through the real bridge, against a real Schema Registry (Apicurio Registry's
+Confluent-compatible API, ``tests/support/registry.py``), which enforces compatibility itself.
 
 Records are framed in the Confluent wire format under subjects ``{topic}-key`` / ``{topic}-value``;
-a compatibility rejection stops pgbridge (exit 1, one line naming the subject) without confirming
-the rejected change, which a restart then delivers once the subject allows it; a registry that is
-down at start is retried until it is up.
+a compatibility rejection by the registry stops pgbridge (exit 1, one line naming the subject)
+without confirming the rejected change, which a restart then delivers once the subject allows it; a
+compatible evolution is registered and still readable by a consumer holding the old schema; a
+registry that is down at start is retried until it is up, and one that hangs mid-stream loses nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -22,12 +25,19 @@ from tests.support.broker import Broker
 from tests.support.kafka import list_topics, read_topic, read_topics
 from tests.support.ports import free_port
 from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
-from tests.support.registry_double import RegistryDouble
+from tests.support.registry import SchemaRegistry, start_registry
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 TABLE = "CREATE TABLE public.items (id int PRIMARY KEY, v int, note text)"
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[SchemaRegistry]:
+    """One real registry for the module; tests use their own subjects (the topic prefix is unique)."""
+    with start_registry() as started:
+        yield started
 
 
 def _env(dsn: str, broker: Broker, prefix: str, registry_url: str, snapshot: str = "never") -> dict[str, str]:
@@ -47,12 +57,12 @@ def _slot_exists(dsn: str, slot: str) -> bool:
 
 
 def test_records_round_trip_through_the_registry_in_confluent_framing(pg_dsn: str, kafka_broker: Broker,
+                                                                      registry: SchemaRegistry,
                                                                       topic_prefix: str) -> None:
     # given
     _sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
-    with RegistryDouble() as registry, \
-            BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
+    with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
         # when
         _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, NULL)",
@@ -84,50 +94,50 @@ def test_records_round_trip_through_the_registry_in_confluent_framing(pg_dsn: st
 
 
 def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
-        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+        pg_dsn: str, kafka_broker: Broker, registry: SchemaRegistry, topic_prefix: str) -> None:
     # given: the value subject holds the table's first schema, under BACKWARD compatibility
     _sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     subject = f"{topic}-value"
-    with RegistryDouble() as registry:
-        env = _env(pg_dsn, kafka_broker, topic_prefix, registry.url)
-        with BridgeProcess(env).start() as bridge:
-            wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
-            _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
-            read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
-            client = SchemaRegistryClient({"url": registry.url})
-            client.set_compatibility(subject, "BACKWARD")
-            # when: a column changes type int → text, which a reader of the new schema cannot resolve
-            _sql(pg_dsn, "ALTER TABLE items ALTER COLUMN v TYPE text")
-            bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 'two', 'second')")
-            # then: pgbridge stops with one line that names the subject and the registry's reason
-            assert bridge.process is not None
-            assert bridge.process.wait(60) == 1, bridge.log()
-            log = bridge.log()
-            errors = [line for line in log.splitlines() if line.startswith("error:")]
-            assert len(errors) == 1, log
-            assert f"rejected the writer schema for subject {subject} as incompatible" in errors[0]
-            assert 'has no branch for writer type "int"' in errors[0] and "evolve tables compatibly" in errors[0]
-            assert "Traceback" not in log
-        # ... and the rejected transaction was not confirmed, nor registered
-        confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
-        assert confirmed is not None and confirmed <= bound
-        assert len(registry.subjects()[subject]) == 1
-        first = read_topic(kafka_broker.bootstrap, topic, timeout=10)
-        assert len([r for r in first if r.value is not None]) == 1
+    env = _env(pg_dsn, kafka_broker, topic_prefix, registry.url)
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
+        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
+        client = SchemaRegistryClient({"url": registry.url})
+        client.set_compatibility(subject, "BACKWARD")
+        # when: a column changes type int → text, which a reader of the new schema cannot resolve
+        _sql(pg_dsn, "ALTER TABLE items ALTER COLUMN v TYPE text")
+        bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 'two', 'second')")
+        # then: pgbridge stops with one line that names the subject and the registry's reason
+        assert bridge.process is not None
+        assert bridge.process.wait(60) == 1, bridge.log()
+        log = bridge.log()
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, log
+        assert f"rejected the writer schema for subject {subject} as incompatible" in errors[0]
+        # the registry's own reason, quoted (Apicurio: "Incompatible artifact: <subject> [AVRO], ... diffs")
+        assert f"Incompatible artifact: {subject}" in errors[0] and "evolve tables compatibly" in errors[0], errors[0]
+        assert "Traceback" not in log
+    # ... and the rejected transaction was not confirmed, nor registered
+    confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+    assert confirmed is not None and confirmed <= bound
+    assert len(registry.subjects()[subject]) == 1
+    first = read_topic(kafka_broker.bootstrap, topic, timeout=10)
+    assert len([r for r in first if r.value is not None]) == 1
 
-        # when the operator relaxes the subject and restarts, the rejected change arrives
-        client.set_compatibility(subject, "NONE")
-        with BridgeProcess(env).start() as bridge:
-            records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=60)
-            assert bridge.terminate() == 0, bridge.log()
-        client.close()
-        store = RegistrySchemaStore({"url": registry.url})
-        latest = store.decode(records[-1].value)
-        assert latest["after"] == {"id": 2, "v": "two", "note": "second"}
-        assert store.schema_id_of(records[-1].value) == registry.subjects()[subject][1]
-        assert store.decode(records[0].value)["after"]["v"] == 10  # the old id still decodes
-        store.close()
+    # when the operator relaxes the subject and restarts, the rejected change arrives
+    client.set_compatibility(subject, "NONE")
+    with BridgeProcess(env).start() as bridge:
+        records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=60)
+        assert bridge.terminate() == 0, bridge.log()
+    client.close()
+    store = RegistrySchemaStore({"url": registry.url})
+    latest = store.decode(records[-1].value)
+    assert latest["after"] == {"id": 2, "v": "two", "note": "second"}
+    assert store.schema_id_of(records[-1].value) == registry.subjects()[subject][1]
+    assert store.decode(records[0].value)["after"]["v"] == 10  # the old id still decodes
+    store.close()
 
 
 def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str, kafka_broker: Broker,
@@ -135,14 +145,14 @@ def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str,
     # given: existing rows, and a registry that is not listening yet
     _sql(pg_dsn, TABLE, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, 'two')")
     topic = f"{topic_prefix}.public.items"
-    registry = RegistryDouble()
+    registry = SchemaRegistry()
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url, snapshot="initial")).start() \
             as bridge:
         # when
         wait_until(lambda: bridge.log().count(f"Schema Registry at {registry.url} is unreachable") >= 2,
                    timeout=60, message=f"no retries logged: {bridge.log()}")
         assert bridge.alive() and "transient failure; reconnecting" in bridge.log()
-        with registry:
+        with registry.start():
             # then: it snapshots and streams once the registry is up
             wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=90, message=f"no slot: {bridge.log()}")
             _sql(pg_dsn, "INSERT INTO items VALUES (3, 30, 'three')")
@@ -159,21 +169,21 @@ def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, 
     # given: streaming, with the first schema of the table registered
     _sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
-    with RegistryDouble() as registry, \
+    with start_registry() as registry, \
             BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
         _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
-        # when: the registry goes away just as the table's shape changes
-        registry.close()
+        # when: the registry hangs (SIGSTOP: connections open, no answers) just as the table's shape changes
+        registry.pause()
         _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int")
         bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 20, 'two', 2)")
-        wait_until(lambda: f"is unreachable for subject {topic}-value" in bridge.log(), timeout=60,
+        wait_until(lambda: f"for subject {topic}-value" in bridge.log(), timeout=120,
                    message=f"no registration failure logged: {bridge.log()}")
         assert bridge.alive()
         confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
         assert confirmed is not None and confirmed <= bound
-        registry.start()  # the same registry state, back on the same port
+        registry.resume()  # the same registry, with its state, answering again
         # then
         records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=90)
         assert bridge.terminate() == 0, bridge.log()
@@ -187,6 +197,7 @@ def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, 
 
 def test_check_reports_an_unreachable_registry_and_schemas_still_prints(pg_dsn: str,
                                                                         kafka_broker: Broker,
+                                                                        registry: SchemaRegistry,
                                                                         topic_prefix: str) -> None:
     _sql(pg_dsn, TABLE)
     down = f"http://127.0.0.1:{free_port()}"
@@ -195,12 +206,44 @@ def test_check_reports_an_unreachable_registry_and_schemas_still_prints(pg_dsn: 
                            text=True, timeout=120)
     assert check.returncode == 1, check.stdout + check.stderr
     assert f"error: Schema Registry at {down} is unreachable" in check.stdout
-    with RegistryDouble() as registry:
-        ok = subprocess.run([sys.executable, "-m", "pgbridge", "check"],
-                            env={**env, "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url},
-                            capture_output=True, text=True, timeout=120)
+    ok = subprocess.run([sys.executable, "-m", "pgbridge", "check"],
+                        env={**env, "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url},
+                        capture_output=True, text=True, timeout=120)
     assert "Schema Registry" not in ok.stdout, ok.stdout
     schemas = subprocess.run([sys.executable, "-m", "pgbridge", "schemas"], env=env, capture_output=True,
                              text=True, timeout=120)
     assert schemas.returncode == 0, schemas.stderr
     assert [t["topic"] for t in json.loads(schemas.stdout)] == [f"{topic_prefix}.public.items"]
+
+
+def test_a_compatible_evolution_is_registered_and_an_old_consumer_still_reads_it(
+        pg_dsn: str, kafka_broker: Broker, registry: SchemaRegistry, topic_prefix: str) -> None:
+    # given: BACKWARD on the value subject, and a consumer that knows only the first schema
+    import io
+
+    import fastavro
+
+    _sql(pg_dsn, TABLE)
+    topic = f"{topic_prefix}.public.items"
+    subject = f"{topic}-value"
+    registry.set_compatibility("BACKWARD", subject)
+    with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
+        wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
+        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
+        store = RegistrySchemaStore({"url": registry.url})
+        old_reader = fastavro.parse_schema(store.schema(registry.subjects()[subject][0]))
+        # when: a nullable column is added (a BACKWARD-compatible change) and used
+        _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int", "INSERT INTO items VALUES (2, 20, 'two', 2)")
+        records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=60)
+        assert bridge.terminate() == 0, bridge.log()
+    # then: the registry accepted a second version, and the old consumer resolves the new records
+    versions = registry.subjects()[subject]
+    assert len(versions) == 2
+    newest = records[-1].value
+    assert newest is not None and store.schema_id_of(newest) == versions[1]
+    writer = fastavro.parse_schema(store.schema(versions[1]))
+    old_view = fastavro.schemaless_reader(io.BytesIO(newest[5:]), writer, old_reader)
+    assert isinstance(old_view, dict) and old_view["after"] == {"id": 2, "v": 20, "note": "two"}
+    assert store.decode(newest)["after"] == {"id": 2, "v": 20, "note": "two", "extra": 2}
+    store.close()
