@@ -7,13 +7,14 @@ topic prefix. Tests needing special server settings, or a broker of their own to
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support.broker import Broker, start_broker
+from tests.support.broker import Broker, TansuBroker, start_broker, start_tansu
 from tests.support.postgres import (
     PgCluster,
     PgClusterFactory,
@@ -72,7 +73,9 @@ def pg_cluster_factory() -> Iterator[PgClusterFactory]:
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[Broker]:
     """A broker shared by the session; separate tests by ``topic_prefix``."""
+    started = time.monotonic()
     broker = start_broker()
+    print(f"\nbroker {broker!r} ready in {time.monotonic() - started:.1f}s")
     try:
         yield broker
     finally:
@@ -83,6 +86,16 @@ def kafka_broker() -> Iterator[Broker]:
 def fresh_broker() -> Iterator[Broker]:
     """A broker of this test's own, free to stop and restart (outage tests)."""
     broker = start_broker()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def tansu_broker() -> Iterator[TansuBroker]:
+    """The demo's Tansu broker (in memory), whatever the suite's broker is: its own tests and the demo's."""
+    broker = start_tansu()
     try:
         yield broker
     finally:

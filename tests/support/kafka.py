@@ -25,7 +25,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 _METADATA_INTERVAL = 0.25
 
@@ -46,6 +46,15 @@ def list_topics(bootstrap: str, *, timeout: float = 10.0) -> set[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     metadata = admin.list_topics(timeout=timeout)
     return {name for name, topic in metadata.topics.items() if topic.error is None}
+
+
+def create_topic(bootstrap: str, topic: str, *, partitions: int = 1, timeout: float = 30.0) -> None:
+    """Create ``topic`` with the broker's default replication factor, as pgbridge creates its own
+    (Tansu would create it on first use; Apache Kafka's auto-creation gives one partition)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)], operation_timeout=timeout,
+                                  request_timeout=timeout)
+    futures[topic].result(timeout=timeout)
 
 
 def read_topic(
