@@ -55,8 +55,15 @@ _live_lock = threading.Lock()
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what ``random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what ``random-uuid`` prints).
+
+    Never one starting with ``-``: ``kafka-storage format -t -xyz`` reads it as an option and fails
+    (one start in 64); Kafka's own ``Uuid.randomUuid`` draws again for the same reason.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def node_properties(node_id: int, port: int, voters: str, log_dir: Path, controller_port: int,
