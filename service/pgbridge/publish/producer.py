@@ -54,6 +54,10 @@ def producer_config(config: KafkaConfig) -> dict[str, Any]:
         # murmur2 keeps key → partition identical to Java clients (Debezium, Kafka Streams).
         "partitioner": "murmur2_random",
         "client.id": "pgbridge",
+        # librdkafka doubles the wait between reconnects to a down broker up to 10 s by default, so
+        # a broker back after a long outage could sit unused that long; 1 s bounds the recovery at
+        # one connection attempt a second per broker.
+        "reconnect.backoff.max.ms": 1000,
     }
     for key, value in config.properties.items():
         settings[key] = value.get_secret_value()
@@ -197,6 +201,7 @@ class KafkaPublisher:
 
     def probe(self, timeout_s: float) -> bool:
         """Whether a broker answers a metadata request: readiness comes back without traffic."""
+        self.topics.poll()
         try:
             self._producer.list_topics(timeout=timeout_s)
         except KafkaException:
