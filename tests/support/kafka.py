@@ -1,9 +1,11 @@
 """Read what landed in Kafka topics, from the beginning of every partition to the end.
 
 A reader assigns itself explicit partitions (no consumer group subscription, no offset commits), so
-it sees every record regardless of other readers. "The end" is decided by silence, not by high
-watermarks (Tansu's can be wrong after batched writes): reading stops once at least ``min_count``
-records arrived and nothing new came for ``idle`` seconds.
+it sees every record regardless of other readers. "The end" is the partitions' high watermarks on
+Apache Kafka: reading stops once at least ``min_count`` records arrived and the reader's position
+reached the high watermark of every partition. Tansu's watermarks can be wrong after batched
+writes, so on Tansu (``PGBRIDGE_TEST_BROKER=tansu``, or ``to_watermarks=False``) the end is decided
+by silence instead: nothing new for ``idle`` seconds.
 
 Tansu creates a topic when a metadata request names it, so readers only ever ask for the metadata of
 *all* topics and assign the wanted ones once they exist: reading a topic never creates it.
@@ -22,12 +24,16 @@ from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from tests.support.broker import broker_kind
+
 _METADATA_INTERVAL = 0.25
+_END_CHECK_INTERVAL = 0.2
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,11 @@ def read_topic(
     min_count: int = 0,
     timeout: float = 30.0,
     idle: float = 2.0,
+    to_watermarks: bool | None = None,
 ) -> list[Record]:
     """All records of ``topic``, ordered by (partition, offset). See ``read_topics``."""
-    return read_topics(bootstrap, [topic], min_count=min_count, timeout=timeout, idle=idle)[topic]
+    return read_topics(bootstrap, [topic], min_count=min_count, timeout=timeout, idle=idle,
+                       to_watermarks=to_watermarks)[topic]
 
 
 def read_topics(
@@ -76,15 +84,20 @@ def read_topics(
     min_count: int | Mapping[str, int] = 0,
     timeout: float = 30.0,
     idle: float = 2.0,
+    to_watermarks: bool | None = None,
 ) -> dict[str, list[Record]]:
     """All records of each topic, ordered by (partition, offset) within each topic.
 
     ``min_count`` is the least number of records wanted from *each* topic, or a mapping per topic
     (topics not in it: 0). A topic that does not exist yet is waited for while fewer than its
     ``min_count`` records were read; one with ``min_count`` 0 that never appears reads as empty.
-    Returns once every topic has its ``min_count`` and no record arrived for ``idle`` seconds;
-    raises ``AssertionError`` after ``timeout`` seconds, saying how many records were read.
+    Returns once every topic has its ``min_count`` and either (``to_watermarks``, the default on
+    Apache Kafka) every topic exists and every partition was read up to its high watermark, or no
+    record arrived for ``idle`` seconds; raises ``AssertionError`` after ``timeout`` seconds, saying
+    how many records were read.
     """
+    if to_watermarks is None:
+        to_watermarks = broker_kind() == "kafka"
     wanted = list(dict.fromkeys(topics))
     if isinstance(min_count, Mapping):
         minimum = {topic: min_count.get(topic, 0) for topic in wanted}
@@ -100,6 +113,7 @@ def read_topics(
         deadline = start + timeout
         last_progress = start
         next_metadata = start
+        next_end_check = start
         while True:
             now = time.monotonic()
             if len(assigned) < len(wanted) and now >= next_metadata:
@@ -121,6 +135,10 @@ def read_topics(
             satisfied = all(len(records[topic]) >= minimum[topic] for topic in wanted)
             if satisfied and now - last_progress >= idle:
                 break
+            if satisfied and to_watermarks and len(assigned) == len(wanted) and now >= next_end_check:
+                if _at_high_watermarks(consumer):
+                    break
+                next_end_check = time.monotonic() + _END_CHECK_INTERVAL
             if now >= deadline:
                 counts = {topic: len(records[topic]) for topic in wanted}
                 missing = [topic for topic in wanted if topic not in assigned]
@@ -133,6 +151,22 @@ def read_topics(
     finally:
         consumer.close()
     return {topic: sorted(rows, key=lambda r: (r.partition, r.offset)) for topic, rows in records.items()}
+
+
+def _at_high_watermarks(consumer: Consumer) -> bool:
+    """Whether the reader's position is at the high watermark of every assigned partition (an
+    empty partition counts as read). Watermarks asked of the leader, never the cached ones."""
+    partitions = consumer.assignment()
+    try:
+        positions = consumer.position(partitions)
+        for position in positions:
+            low, high = consumer.get_watermark_offsets(position, timeout=5.0, cached=False)
+            read_to = position.offset if position.offset >= 0 else low
+            if read_to < high:
+                return False
+    except KafkaException:
+        return False
+    return True
 
 
 def _consumer_config(bootstrap: str) -> dict[str, Any]:
