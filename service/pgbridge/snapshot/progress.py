@@ -73,7 +73,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
@@ -86,6 +86,9 @@ log = logging.getLogger(__name__)
 # Reading the progress topic at start-up gives up after this long: a broker that cannot serve one
 # small topic in that time is unreachable, and the session is retried.
 LOAD_TIMEOUT_S: Final = 30.0
+# One watermark request's wait: short, so a partition leader that comes back is asked within
+# seconds instead of after a single request that waited out the whole load timeout.
+WATERMARK_ATTEMPT_S: Final = 2.0
 FLUSH_TIMEOUT_S: Final = 30.0
 
 
@@ -175,7 +178,7 @@ class ProgressStore:
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         try:
             partition = TopicPartition(self.topic, 0)
-            _low, high = consumer.get_watermark_offsets(partition, timeout=LOAD_TIMEOUT_S, cached=False)
+            high = _high_watermark(consumer, partition, deadline)
             if high <= 0:
                 return records
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
@@ -250,3 +253,18 @@ class ProgressStore:
         if self._producer is not None:
             self._producer.flush(1.0)
             self._producer = None
+
+
+def _high_watermark(consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
+    """The partition's high watermark, asked again (every ``WATERMARK_ATTEMPT_S`` at most) until
+    ``deadline`` while the answer is an error: after a broker outage the first answers are
+    "not leader" or time-outs until the client's metadata names the partition's new leader."""
+    while True:
+        attempt = max(0.1, min(WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
+        try:
+            _low, high = consumer.get_watermark_offsets(partition, timeout=attempt, cached=False)
+            return int(high)
+        except KafkaException:
+            if time.monotonic() + 0.2 >= deadline:
+                raise
+            time.sleep(0.2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import selectors
 from typing import NoReturn
 
+import psycopg
 from psycopg import pq
 
 from pgbridge.errors import SourceUnavailable
@@ -34,6 +35,14 @@ class ReplicationStream:
         """
         if self._end is not None:
             self._end_of_copy(self._end)
+        try:
+            return self._read_batch(timeout, limit)
+        except psycopg.OperationalError as exc:
+            # libpq's "consuming input failed: server closed the connection unexpectedly": the
+            # walsender went away without a word (wal_sender_timeout, a crash): reconnect, not exit.
+            raise SourceUnavailable(f"replication stream broken: {str(exc).strip()}") from None
+
+    def _read_batch(self, timeout: float, limit: int) -> list[memoryview]:
         pgconn = self._pgconn
         get = pgconn.get_copy_data
         batch: list[memoryview] = []
