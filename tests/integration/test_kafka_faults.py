@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[KafkaCluster]:
+    started = time.monotonic()
     cluster = start_apache_kafka(nodes=3)
+    print(f"\nApache Kafka, 3 nodes, ready in {time.monotonic() - started:.1f}s")
     try:
         yield cluster
     finally:

@@ -168,7 +168,9 @@ class ProgressStore:
         self._topics.ensure(self.topic, compacted=True)
         settings = {"bootstrap.servers": self._config.bootstrap_servers, "group.id": "pgbridge-progress",
                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                    "enable.partition.eof": True}
+                    "enable.partition.eof": True,
+                    # as the producer's: a broker back from an outage is reconnected within a second
+                    "reconnect.backoff.max.ms": 1000}
         for name, secret in self._config.properties.items():
             if name.startswith(("security.", "ssl.", "sasl.")):
                 settings[name] = secret.get_secret_value()
