@@ -39,6 +39,9 @@ SLOT_SAFE_WAL_SIZE_BYTES: Final = "pgbridge_slot_safe_wal_size_bytes"
 SLOT_WAL_STATUS: Final = "pgbridge_slot_wal_status"
 SLOT_INVALIDATION_FORECAST_SECONDS: Final = "pgbridge_slot_invalidation_forecast_seconds"
 SERVER_WAL_RATE_BYTES: Final = "pgbridge_server_wal_rate_bytes_per_second"
+KAFKA_TRANSACTIONS_TOTAL: Final = "pgbridge_kafka_transactions_total"
+KAFKA_TRANSACTION_COMMIT_SECONDS: Final = "pgbridge_kafka_transaction_commit_seconds"
+KAFKA_TRANSACTION_RECORDS: Final = "pgbridge_kafka_transaction_records"
 
 LABEL_TABLE: Final = "table"
 LABEL_OP: Final = "op"
@@ -130,6 +133,13 @@ class Metrics:
         self.schema_changes = Counter(SCHEMA_CHANGES_TOTAL, "New writer schemas of a table, by whether a "
                                       "consumer holding the previous one can read them", [LABEL_COMPATIBILITY],
                                       registry=r)
+        self.kafka_transactions = Counter(KAFKA_TRANSACTIONS_TOTAL, "Kafka transactions (exactly-once mode) "
+                                          "by outcome: committed or aborted", [LABEL_OUTCOME], registry=r)
+        self.kafka_transaction_commit = Histogram(KAFKA_TRANSACTION_COMMIT_SECONDS, "Time commit_transaction "
+                                                  "took (exactly-once mode)", buckets=_LATENCY_BUCKETS, registry=r)
+        self.kafka_transaction_records = Histogram(KAFKA_TRANSACTION_RECORDS, "Records per committed Kafka "
+                                                   "transaction (exactly-once mode)",
+                                                   buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000), registry=r)
 
 
 class EncodeMetrics:

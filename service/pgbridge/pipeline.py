@@ -68,6 +68,7 @@ from pgbridge.metrics import (
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
+from pgbridge.publish.transactions import Position
 from pgbridge.slotted import slot_setters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import ChunkSink, SnapshotInterrupted, run_initial_snapshot
@@ -177,6 +178,8 @@ class _OpenTransaction:
     ts_us: int
     origin: str | None = None
     total_order: int = 0
+    # Exactly-once restart: events 1..skip_through are already committed in Kafka (a split transaction)
+    skip_through: int = 0
     tables: dict[str, _TableTally] = field(default_factory=dict)  # in order of first event
     context: EventContext = field(init=False)
 
@@ -229,7 +232,11 @@ class Session:
         self.feedback = FeedbackPolicy(settings.postgres.status_interval_s)
         self.assembler = TransactionAssembler(memory_bytes=settings.buffer.memory_bytes,
                                               spill_dir=settings.buffer.spill_dir)
-        self.publisher = KafkaPublisher(settings.kafka, self.tracker, metrics, self._completed)
+        self.publisher = KafkaPublisher(settings.kafka, self.tracker, metrics, self._completed,
+                                        slot=settings.postgres.slot)
+        self.transactions = self.publisher.transactions  # None unless kafka.exactly_once
+        self.position: Position | None = None  # exactly-once: how far committed Kafka transactions got
+        self._skipped: TxBegin | None = None  # exactly-once: a transaction already whole in Kafka
         self.sql: psycopg.Connection[tuple[object, ...]] | None = None
         self.repl: ReplicationConnection | None = None
         self.stream: ReplicationStream | None = None
@@ -302,6 +309,9 @@ class Session:
             self.identity.verify_on_open(pg.slot, info.confirmed_flush_lsn)
             if slots.slot_info(self.sql, pending) is not None:
                 slots.drop_slot(self.sql, pending)
+        # Exactly-once: fence older producers only now that the slot is ours, then learn what is
+        # committed in Kafka already (the slot's confirmed LSN may lag it).
+        self.position = self.publisher.start_transactions()
         self.repl.start_replication(pg.slot, INVALID_LSN, options)
         self.identity.streaming()
         self.monitor = SlotMonitor(pg.slot, self.metrics, interval_s=pg.slot_check_interval_s,
@@ -455,6 +465,8 @@ class Session:
         if self._next_heartbeat_at <= now:
             self._heartbeat(now)
         if self._tx is None:
+            if self.transactions is not None:
+                self.transactions.idle()
             self._snapshot_tick(now)
 
     def _heartbeat(self, now: float) -> None:
@@ -478,9 +490,14 @@ class Session:
         if type(event) is RowChange:
             tx = self._tx
             if tx is None:
+                if self._skipped is not None:  # exactly-once: already whole in Kafka
+                    return
                 raise FatalError("row change outside a transaction reached the encoder")
             table = encoder.table_of(event.relation)
             tally = tx.tally(table)
+            if tx.skip_through and tx.total_order < tx.skip_through:
+                tx.next_context(tally)  # already committed in Kafka by an earlier part
+                return
             records = encoder.encode_row(event, tx.next_context(tally))
             tally.nbytes += self.publisher.produce_all(records, tx.callback, tx.unit, self._idle_tick)
             ops = tally.ops
@@ -488,16 +505,29 @@ class Session:
             snap = self.incremental
             if snap is not None and snap.window_table == table:
                 snap.drop_keys(record.key for record in records)
+            transactions = self.transactions
+            if transactions is not None and transactions.split_due():
+                self._split(tx)
         elif isinstance(event, TxBegin):
             if self._tx is not None:
                 raise FatalError("transaction began while another was still open")
+            position = self.position
+            if position is not None and position.skips_transaction(event.commit_lsn):
+                self._skipped = event  # whole in Kafka already: its END only moves the watermark
+                return
             unit = self.tracker.open_unit(event.commit_ts + PG_EPOCH_UNIX_US)
             tx = _OpenTransaction(begin=event, unit=unit, callback=self.publisher.callback_for(unit),
-                                  ts_us=event.commit_ts + PG_EPOCH_UNIX_US)
+                                  ts_us=event.commit_ts + PG_EPOCH_UNIX_US,
+                                  skip_through=position.skips_through(event.commit_lsn) if position else 0)
             self._tx = tx
-            self._produce(encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
-                                                     ts_us=tx.ts_us, event_count=0, per_table={}),
-                          tx.callback, unit)
+            if self.transactions is not None:
+                self.transactions.hold(unit)
+            if not tx.skip_through:  # a split transaction's BEGIN went with its first part
+                self._produce(encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
+                                                         ts_us=tx.ts_us, event_count=0, per_table={}),
+                              tx.callback, unit)
+        elif self._skipped is not None:
+            self._skip(event)
         elif isinstance(event, TxEnd):
             tx = self._tx
             if tx is None or tx.begin.commit_lsn != event.commit_lsn:
@@ -512,6 +542,8 @@ class Session:
             done = self.tracker.seal(tx.unit, event.end_lsn)
             if done:  # every record was acknowledged before the seal
                 self._completed(done)
+            if self.transactions is not None:
+                self.transactions.boundary(Position(event.commit_lsn, tx.total_order))
         elif isinstance(event, TruncateChange):
             tx = self._tx
             if tx is None:
@@ -519,6 +551,9 @@ class Session:
             for relation in event.relations:
                 table = encoder.table_of(relation)
                 tally = tx.tally(table)
+                if tx.skip_through and tx.total_order < tx.skip_through:
+                    tx.next_context(tally)
+                    continue
                 record = encoder.encode_truncate(event, relation, tx.next_context(tally))
                 self._produce(record, tx.callback, tx.unit)
                 tally.nbytes += len(record.value or b"")
@@ -529,6 +564,9 @@ class Session:
             tx = self._tx
             if tx is None:
                 raise FatalError("transactional message outside a transaction reached the encoder")
+            if tx.skip_through and tx.total_order < tx.skip_through:
+                tx.next_context(None)
+                return
             self._produce(encoder.encode_message(event.prefix, event.content, event.lsn,
                                                  tx.next_context(None), True),
                           tx.callback, tx.unit)
@@ -540,12 +578,40 @@ class Session:
         elif isinstance(event, StandaloneMessage):
             if event.prefix == HEARTBEAT_PREFIX:
                 return
+            position = self.position
+            if position is not None and position.skips_transaction(event.lsn):
+                return
             unit = self.tracker.open_unit()
+            if self.transactions is not None:
+                self.transactions.hold(unit)
             record = encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
             self._produce(record, self.publisher.callback_for(unit), unit)
             self.tracker.seal(unit, None)
+            if self.transactions is not None:
+                self.transactions.boundary(Position(event.lsn))
             if self.incremental is not None:
                 self._snapshot_message(event.prefix, event.content, event.lsn, None)
+
+    def _skip(self, event: AssembledEvent) -> None:
+        """Exactly-once restart: events of a transaction whole in Kafka; its END moves the watermark."""
+        skipped = self._skipped
+        assert skipped is not None
+        if isinstance(event, TxEnd):
+            if event.commit_lsn != skipped.commit_lsn:
+                raise FatalError("transaction end does not match its begin")
+            self._skipped = None
+            done = self.tracker.seal(self.tracker.open_unit(), event.end_lsn)
+            if done:
+                self._completed(done)
+
+    def _split(self, tx: _OpenTransaction) -> None:
+        """Exactly-once: commit the part of a huge transaction produced so far (rule 1 of
+        publish/transactions.py); its unit stays held by the next Kafka transaction."""
+        transactions = self.transactions
+        assert transactions is not None
+        transactions.commit_part(Position(tx.begin.commit_lsn, tx.total_order, complete=False))
+        transactions.hold(tx.unit)
+        log.info("huge transaction committed in parts", extra={"xid": tx.begin.xid, "events": tx.total_order})
 
     def _snapshot_message(self, prefix: str, content: bytes, lsn: Lsn, tx: _OpenTransaction | None) -> None:
         """Signals start incremental snapshots; a chunk's high watermark releases its rows, produced
@@ -608,6 +674,8 @@ class Session:
     # -- tear-down ---------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Graceful stop: flush Kafka, confirm the last safe LSN, close."""
+        if self.transactions is not None and self._tx is None:
+            self.transactions.commit()  # whole transactions only; a half one is aborted by close()
         remaining = self.publisher.flush(SHUTDOWN_FLUSH_S)
         if remaining:
             log.warning("stopping with unacknowledged records; they will be re-read on restart",
@@ -658,6 +726,8 @@ class _SnapshotSink(ChunkSink):
     def begin_chunk(self) -> PublishSlot:
         unit = self._session.tracker.open_unit()
         self._callbacks[id(unit)] = self._session.publisher.callback_for(unit)
+        if self._session.transactions is not None:
+            self._session.transactions.hold(unit)  # a chunk is one Kafka transaction
         return unit
 
     def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None:
@@ -669,6 +739,8 @@ class _SnapshotSink(ChunkSink):
     def end_chunk(self, unit: PublishSlot) -> None:
         self._callbacks.pop(id(unit), None)
         self._session.tracker.seal(unit, None)
+        if self._session.transactions is not None:
+            self._session.transactions.commit()
 
     def service(self) -> None:
         self._session.publisher.poll(0)
@@ -731,6 +803,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 stop.wait(ha.standby_retry_s)
                 continue
             except TransientError as exc:
+                session.publisher.check_fenced()  # a fenced producer stops here, it never reconnects
                 health.last_error = str(exc)
                 target = TARGET_KAFKA if isinstance(exc, BrokerUnavailable) else \
                     TARGET_SCHEMA_REGISTRY if isinstance(exc, RegistryUnavailable) else TARGET_POSTGRES

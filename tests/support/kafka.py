@@ -71,10 +71,11 @@ def read_topic(
     timeout: float = 30.0,
     idle: float = 2.0,
     to_watermarks: bool | None = None,
+    isolation: str = "read_committed",
 ) -> list[Record]:
     """All records of ``topic``, ordered by (partition, offset). See ``read_topics``."""
     return read_topics(bootstrap, [topic], min_count=min_count, timeout=timeout, idle=idle,
-                       to_watermarks=to_watermarks)[topic]
+                       to_watermarks=to_watermarks, isolation=isolation)[topic]
 
 
 def read_topics(
@@ -85,6 +86,7 @@ def read_topics(
     timeout: float = 30.0,
     idle: float = 2.0,
     to_watermarks: bool | None = None,
+    isolation: str = "read_committed",
 ) -> dict[str, list[Record]]:
     """All records of each topic, ordered by (partition, offset) within each topic.
 
@@ -95,6 +97,8 @@ def read_topics(
     Apache Kafka) every topic exists and every partition was read up to its high watermark, or no
     record arrived for ``idle`` seconds; raises ``AssertionError`` after ``timeout`` seconds, saying
     how many records were read.
+    ``isolation`` is the reader's ``isolation.level`` (librdkafka's default, ``read_committed``, or
+    ``read_uncommitted`` to see records of aborted Kafka transactions too).
     """
     if to_watermarks is None:
         to_watermarks = broker_kind() == "kafka"
@@ -107,7 +111,7 @@ def read_topics(
     assigned: set[str] = set()
     last_error: KafkaError | None = None
 
-    consumer = Consumer(_consumer_config(bootstrap))
+    consumer = Consumer({**_consumer_config(bootstrap), "isolation.level": isolation})
     try:
         start = time.monotonic()
         deadline = start + timeout

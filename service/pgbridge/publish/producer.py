@@ -21,11 +21,21 @@ from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable, PgbridgeError, PublishError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.metrics import Metrics
-from pgbridge.publish.topics import TopicManager
+from pgbridge.publish.topics import TopicManager, offsets_topic
+from pgbridge.publish.transactions import (
+    BatchPolicy,
+    Fenced,
+    KafkaTransactions,
+    Position,
+    classify,
+    read_position,
+    transactional_id,
+)
 
 log = logging.getLogger(__name__)
 
 # Delivery errors that no retry or reconnect can fix.
+_FENCED: Final = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _FATAL_CODES: Final = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -64,6 +74,23 @@ def producer_config(config: KafkaConfig) -> dict[str, Any]:
     return settings
 
 
+def transactional_config(config: KafkaConfig, slot: str) -> dict[str, Any]:
+    """What ``kafka.exactly_once`` adds to the producer (see publish/transactions.py)."""
+    if not config.exactly_once:
+        return {}
+    return {"transactional.id": transactional_id(config.topic_prefix, slot),
+            "transaction.timeout.ms": config.transaction_timeout_ms}
+
+
+def consumer_config(config: KafkaConfig) -> dict[str, Any]:
+    """A reader's connection settings (security properties included) for internal topics."""
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": "pgbridge-reader"}
+    for key, value in config.properties.items():
+        if key.startswith(("security.", "ssl.", "sasl.")):
+            settings[key] = value.get_secret_value()
+    return settings
+
+
 def admin_config(config: KafkaConfig) -> dict[str, Any]:
     settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": "pgbridge-admin"}
     for key, value in config.properties.items():
@@ -74,16 +101,24 @@ def admin_config(config: KafkaConfig) -> dict[str, Any]:
 
 class KafkaPublisher:
     def __init__(self, config: KafkaConfig, tracker: AckTracker, metrics: Metrics,
-                 on_completed: CompletedHook) -> None:
+                 on_completed: CompletedHook, *, slot: str = "pgbridge") -> None:
         self._config = config
         self._tracker = tracker
         self._metrics = metrics
         self._on_completed = on_completed
         self._error: PgbridgeError | None = None
         self.kafka_ok = True
-        settings = producer_config(config)
+        settings = producer_config(config) | transactional_config(config, slot)
         settings["error_cb"] = self._on_client_error
         self._producer = Producer(settings, logger=LibrdkafkaLog())
+        self._slot = slot
+        self.transactions: KafkaTransactions | None = None
+        if config.exactly_once:
+            self.transactions = KafkaTransactions(
+                self._producer, tracker, offsets_topic=offsets_topic(config.topic_prefix), slot=slot,
+                policy=BatchPolicy(max_age_s=config.transaction_max_ms / 1000, max_bytes=config.transaction_max_bytes,
+                                   split_after_s=config.transaction_timeout_ms / 2000),
+                on_commit=self._committed)
         self.topics = TopicManager(AdminClient(admin_config(config), logger=LibrdkafkaLog()), partitions=config.topic_partitions,
                                    replication_factor=config.topic_replication_factor)
         self._max_in_flight = config.max_in_flight
@@ -107,13 +142,48 @@ class KafkaPublisher:
 
         return on_delivery
 
+    def _committed(self, seconds: float, records: int) -> None:
+        self._metrics.kafka_transactions.labels("committed").inc()
+        self._metrics.kafka_transaction_commit.observe(seconds)
+        self._metrics.kafka_transaction_records.observe(records)
+
+    def start_transactions(self) -> Position | None:
+        """Exactly-once: fence older producers (init_transactions), then read the committed position.
+
+        Must run only once this process owns the slot (or is about to create it), so it never fences
+        the rightful owner.
+        """
+        if self.transactions is None:
+            return None
+        self.topics.ensure(offsets_topic(self._config.topic_prefix), compacted=True)
+        self.transactions.init()
+        position = read_position(consumer_config(self._config), offsets_topic(self._config.topic_prefix),
+                                 self._slot)
+        log.info("exactly-once position", extra={"position": None if position is None else position.to_json().decode()})
+        return position
+
+    def check_fenced(self) -> None:
+        """After a failure: raise ``Fenced`` if another producer took our transactional.id over."""
+        if isinstance(self._error, Fenced):
+            raise self._error
+        if self.transactions is not None and self.transactions.is_open:
+            try:
+                self.transactions.abort_checked()
+            except Fenced as exc:
+                self._error = exc
+                raise
+
     def _on_client_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors: all brokers down means not ready; fatal means rebuild."""
         if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
             if self.kafka_ok:
                 log.warning("Kafka unreachable", extra={"error": error.str()})
             self.kafka_ok = False
-        if error.fatal() and self._error is None:
+        if error.fatal() and error.code() in _FENCED and not isinstance(self._error, Fenced):
+            self._error = Fenced(f"Kafka fenced this producer: another pgbridge with the same transactional.id "
+                                 f"took over ({error.str()})")
+            log.error("fenced by another pgbridge", extra={"error": error.str()})
+        elif error.fatal() and self._error is None:
             self._error = BrokerUnavailable(f"Kafka producer fatal error: {error.str()}")
             log.error("Kafka producer fatal error", extra={"error": error.str()})
 
@@ -121,12 +191,22 @@ class KafkaPublisher:
         self._metrics.delivery_errors.inc()
         if self._error is not None:
             return
-        if error.code() in _FATAL_CODES:
+        if error.code() in _FENCED:
+            self._error = Fenced(f"Kafka fenced this producer: another pgbridge with the same transactional.id "
+                                 f"took over ({error.str()})")
+        elif error.code() in _FATAL_CODES:
             self._error = PublishError(f"Kafka rejected a record: {error.str()}",
                                        hint="check topic ACLs and message.max.bytes on the broker")
         else:
             self._error = BrokerUnavailable(f"Kafka delivery failed: {error.str()}")
         log.error("delivery failed", extra={"error": error.str(), "code": error.code()})
+
+    def _refused(self, exc: KafkaException) -> PgbridgeError:
+        """A produce() the client refused outright: fenced, or another fatal state."""
+        error = classify(exc, "producing to Kafka")
+        if self._error is None or isinstance(error, Fenced):
+            self._error = error
+        return error
 
     def raise_if_failed(self) -> None:
         if self._error is not None:
@@ -137,11 +217,16 @@ class KafkaPublisher:
                 callback: Callable[[KafkaError | None, Message], None], unit: PublishSlot,
                 idle: Callable[[], None]) -> None:
         """Hand one record to librdkafka; when the queue is full, serve callbacks and wait."""
+        if self.transactions is not None:
+            self.transactions.ensure_open()
+            self.transactions.wrote(1, len(value or b"") + len(key or b""))
         self._tracker.add_record(unit)
         while True:
             try:
                 self._producer.produce(topic, value, key, on_delivery=callback)
                 return
+            except KafkaException as exc:
+                raise self._refused(exc) from None
             except BufferError:
                 self._producer.poll(0.05)
                 self.raise_if_failed()
@@ -156,6 +241,8 @@ class KafkaPublisher:
         Topic creation is asked of ``topics`` only when the topic differs (by identity, then by
         value) from the previous call's: a table's plan hands out the same string every row.
         """
+        if self.transactions is not None:
+            self.transactions.ensure_open()
         self._tracker.add_records(unit, len(records))
         produce = self._producer.produce
         nbytes = 0
@@ -167,10 +254,14 @@ class KafkaPublisher:
                 produce(topic, value, key, PARTITION_UNASSIGNED, callback)
             except BufferError:
                 self._wait_and_produce(topic, key, value, callback, idle)
+            except KafkaException as exc:  # a fatal producer state (fenced) refuses every produce
+                raise self._refused(exc) from None
             if value is not None:
                 nbytes += len(value)
             if key is not None:
                 nbytes += len(key)
+        if self.transactions is not None:
+            self.transactions.wrote(len(records), nbytes)
         return nbytes
 
     def _wait_and_produce(self, topic: str, key: bytes | None, value: bytes | None,
@@ -189,7 +280,12 @@ class KafkaPublisher:
     def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
         """Produce one record and wait for its acknowledgement (schema announcements)."""
         outcome: list[KafkaError | None] = []
-        self._producer.produce(topic, value, key, on_delivery=lambda err, _msg: outcome.append(err))
+        if self.transactions is not None:  # committed with (or before) the first record that needs it
+            self.transactions.ensure_open()
+        try:
+            self._producer.produce(topic, value, key, on_delivery=lambda err, _msg: outcome.append(err))
+        except KafkaException as exc:
+            raise self._refused(exc) from None
         deadline = time.monotonic() + timeout_s
         while not outcome and time.monotonic() < deadline:
             self._producer.poll(0.05)
@@ -221,6 +317,9 @@ class KafkaPublisher:
 
     def close(self) -> None:
         """Drop whatever is still queued: the pipeline resumes from the confirmed LSN anyway."""
+        if self.transactions is not None and self.transactions.is_open:
+            self._metrics.kafka_transactions.labels("aborted").inc()
+            self.transactions.abort()  # consumers never see it; it is read again from the slot
         try:
             self._producer.purge(in_queue=True, in_flight=False)
             self._producer.poll(0)

@@ -36,6 +36,11 @@ def schemas_topic(prefix: str) -> str:
     return sanitize(f"{prefix}._schemas")
 
 
+def offsets_topic(prefix: str) -> str:
+    """Exactly-once positions (publish/transactions.py), compacted, keyed by slot."""
+    return sanitize(f"{prefix}._offsets")
+
+
 class TopicManager:
     """Creates each topic once, explicitly, so broker auto-creation defaults never decide its shape.
 

@@ -1,0 +1,288 @@
+"""Exactly-once mode on Apache Kafka: read_committed consumers see every change once, whole transactions.
+
+Three scenarios (publish/transactions.py states the rules they check):
+
+* pgbridge is killed with ``kill -9`` five times at random points of a multi-table workload of
+  multi-row transfers; a ``read_committed`` consumer sees every committed change exactly once, in
+  commit order, while a ``read_uncommitted`` consumer of the same topics does see the aborted
+  copies (so the kills did land inside open Kafka transactions);
+* atomicity: while that runs, a checker reads everything visible to ``read_committed`` over and
+  over and asserts that no Postgres transaction is ever half visible (its rows on every topic, and
+  its END record on ``{prefix}.transactions`` with the matching count, or nothing of it);
+* fencing: the leader is frozen, a second pgbridge takes the slot over, the old one is resumed: it
+  commits nothing and exits with a clear error.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgbridge.consumer import SchemaStore
+from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
+from tests.support.broker import Broker, broker_kind
+from tests.support.kafka import Record, read_topics
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.replay import wait_caught_up
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+TABLES = ("accounts_a", "accounts_b", "ledger")
+ACCOUNTS = 200
+
+
+@pytest.fixture(autouse=True)
+def _apache_kafka_only() -> None:
+    if broker_kind() != "kafka":
+        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+
+
+def _schema(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE accounts_a (id int PRIMARY KEY, balance bigint NOT NULL)")
+        conn.execute("CREATE TABLE accounts_b (id int PRIMARY KEY, balance bigint NOT NULL)")
+        conn.execute("CREATE TABLE ledger (id bigserial PRIMARY KEY, a int, b int, amount int, note text)")
+        conn.execute("INSERT INTO accounts_a SELECT g, 1000000 FROM generate_series(1, %s) g", (ACCOUNTS,))
+        conn.execute("INSERT INTO accounts_b SELECT g, 1000000 FROM generate_series(1, %s) g", (ACCOUNTS,))
+
+
+class Transfers(threading.Thread):
+    """Transfers between the two account tables, each with a ledger line (sometimes several)."""
+
+    def __init__(self, dsn: str, transactions: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.transactions = transactions
+        self.rnd = random.Random(seed)
+        self.committed = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=False) as conn:
+                for n in range(self.transactions):
+                    a, b = self.rnd.randint(1, ACCOUNTS), self.rnd.randint(1, ACCOUNTS)
+                    amount = self.rnd.randint(1, 100)
+                    conn.execute("UPDATE accounts_a SET balance = balance - %s WHERE id = %s", (amount, a))
+                    conn.execute("UPDATE accounts_b SET balance = balance + %s WHERE id = %s", (amount, b))
+                    lines = 20 if n % 50 == 25 else 1
+                    conn.execute("INSERT INTO ledger (a, b, amount, note) SELECT %s, %s, %s, 'n' || g "
+                                 "FROM generate_series(1, %s) g", (a, b, amount, lines))
+                    conn.commit()
+                    self.committed += 1
+                    time.sleep(0.003)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+def _topics(prefix: str) -> list[str]:
+    return [f"{prefix}.public.{table}" for table in TABLES]
+
+
+def _decoded(store: SchemaStore, records: list[Record]) -> list[dict[str, Any]]:
+    return [store.decode(r.value) for r in records if r.value is not None]
+
+
+def check_whole_transactions(store: SchemaStore, visible: dict[str, list[Record]], prefix: str) -> int:
+    """Every Postgres transaction with anything visible is wholly visible; returns how many there are."""
+    ends: dict[int, int] = {}
+    for value in _decoded(store, visible[f"{prefix}.transactions"]):
+        if value["status"] == "END":
+            ends[value["commit_lsn"]] = value["event_count"]
+    rows: Counter[int] = Counter()
+    for topic in _topics(prefix):
+        for value in _decoded(store, visible[topic]):
+            if value["transaction"] is not None:
+                rows[value["source"]["commit_lsn"]] += 1
+    half = {lsn: (count, ends.get(lsn)) for lsn, count in rows.items() if ends.get(lsn) != count}
+    assert not half, f"Postgres transactions half visible to read_committed (rows seen, END count): {half}"
+    return len(rows)
+
+
+class AtomicityChecker(threading.Thread):
+    """A read_committed consumer of every topic that, each time it has caught up with what is
+    visible (end of every partition), asserts that no Postgres transaction is half visible."""
+
+    def __init__(self, bootstrap: str, prefix: str, topics: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.prefix, self.topics = bootstrap, prefix, topics
+        self.halt = threading.Event()
+        self.checks = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        from pgbridge.consumer import UnknownSchema
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"atomicity-{self.prefix}",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+        try:
+            consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING) for topic in self.topics])
+            visible: dict[str, list[Record]] = {topic: [] for topic in self.topics}
+            at_end: set[str] = set()
+            store = load_schemas(self.bootstrap, self.prefix)
+            while not self.halt.is_set():
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                error = message.error()
+                topic = message.topic()
+                assert topic is not None
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(topic)
+                        if at_end == set(self.topics):
+                            try:
+                                check_whole_transactions(store, visible, self.prefix)
+                            except UnknownSchema:
+                                store = load_schemas(self.bootstrap, self.prefix)
+                                check_whole_transactions(store, visible, self.prefix)
+                            self.checks += 1
+                    continue
+                at_end.discard(topic)
+                visible[topic].append(Record(topic, 0, int(message.offset() or 0), message.key(),
+                                             message.value(), None))
+        except BaseException as exc:  # surfaced by finish()
+            self.error = exc
+        finally:
+            consumer.close()
+
+    def finish(self) -> int:
+        self.halt.set()
+        self.join(120)
+        if self.error is not None:
+            raise self.error
+        return self.checks
+
+
+def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whole(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: exactly-once mode on three tables
+    _schema(pg_dsn)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(f"public.{t}" for t in TABLES),
+                            "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true",
+                            "PGBRIDGE_HA__LEADER_ELECTION": "false"})
+    bridge = BridgeProcess(env).start()
+    topics = [*_topics(topic_prefix), f"{topic_prefix}.transactions"]
+    checker = AtomicityChecker(kafka_broker.bootstrap, topic_prefix, topics)
+    try:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        workload = Transfers(pg_dsn, transactions=1200, seed=17)
+        workload.start()
+        wait_until(lambda: workload.committed > 50, timeout=60, message="workload did not start")
+        checker.start()
+        # when: kill -9 at random points of streaming (each restart first streams again), five times
+        rnd = random.Random(23)
+        for kill in range(5):
+            wait_until(lambda: bridge.log().count("replicating") > kill, timeout=60,  # noqa: B023
+                       message="the restarted bridge never streamed")
+            time.sleep(rnd.uniform(0.2, 1.2))
+            bridge.kill()
+            bridge = BridgeProcess(env, log_path=bridge.log_path).start()
+        workload.join(300)
+        assert workload.error is None, workload.error
+        try:
+            wait_caught_up(pg_dsn, topic_prefix, timeout=180)
+        except AssertionError:
+            raise AssertionError(bridge.log()[-6000:]) from None
+        checks = checker.finish()
+        committed = read_topics(kafka_broker.bootstrap, topics, timeout=120, idle=2.0)
+        uncommitted = read_topics(kafka_broker.bootstrap, topics, timeout=120, idle=2.0,
+                                  isolation="read_uncommitted")
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        assert bridge.terminate() == 0, bridge.log()
+    finally:
+        checker.halt.set()
+        bridge.kill()
+
+    # then: read_committed holds every committed transaction once: 3 + its ledger lines
+    seen: Counter[tuple[int, int]] = Counter()
+    per_tx: dict[int, int] = defaultdict(int)
+    for topic in _topics(topic_prefix):
+        lsns = []
+        for value in _decoded(store, committed[topic]):
+            key = (value["source"]["commit_lsn"], value["transaction"]["total_order"])
+            seen[key] += 1
+            per_tx[key[0]] += 1
+            lsns.append(key)
+        assert lsns == sorted(lsns), f"{topic} is not in commit order"
+    duplicates = sum(count - 1 for count in seen.values())
+    assert duplicates == 0, f"{duplicates} duplicate events for a read_committed consumer"
+    expected_events = workload.committed * 3 + sum(19 for n in range(workload.transactions) if n % 50 == 25)
+    assert sum(per_tx.values()) == expected_events
+    assert len(per_tx) == workload.committed
+    # ... and a read_uncommitted consumer sees the aborted copies the kills left behind
+    dirty: Counter[tuple[int, int]] = Counter()
+    for topic in _topics(topic_prefix):
+        for value in _decoded(store, uncommitted[topic]):
+            dirty[(value["source"]["commit_lsn"], value["transaction"]["total_order"])] += 1
+    aborted_copies = sum(count - 1 for count in dirty.values())
+    assert aborted_copies > 0, "no kill landed inside an open Kafka transaction"
+    assert checks >= 10, f"only {checks} atomicity checks ran"
+    print(f"transactions={workload.committed} events={expected_events} read_committed duplicates=0 "
+          f"read_uncommitted aborted copies={aborted_copies} atomicity checks={checks}")
+
+
+def test_a_fenced_leader_commits_nothing_and_exits_with_a_clear_error(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: an exactly-once bridge streaming a workload
+    _schema(pg_dsn)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(f"public.{t}" for t in TABLES),
+                            "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true",
+                            "PGBRIDGE_KAFKA__TRANSACTION_MAX_MS": "2000",
+                            "PGBRIDGE_HA__LEADER_ELECTION": "false"})
+    old = BridgeProcess(env).start()
+    new: BridgeProcess | None = None
+    try:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        workload = Transfers(pg_dsn, transactions=600, seed=29)
+        workload.start()
+        wait_until(lambda: workload.committed > 100, timeout=60, message="workload did not start")
+        # when: the leader freezes with a Kafka transaction open, and the server drops its sessions
+        assert old.process is not None
+        old.process.send_signal(signal.SIGSTOP)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                         "WHERE slot_name = %s AND active_pid IS NOT NULL", (topic_prefix,))
+        new = BridgeProcess(env).start()  # takes the slot over and fences the old producer
+        wait_until(lambda: "exactly-once position" in new.log(), timeout=60,
+                   message="the new bridge never started its transactions")
+        old.process.send_signal(signal.SIGCONT)
+        # then: the old one exits with the fencing error
+        code = old.process.wait(120)
+        workload.join(300)
+        assert workload.error is None, workload.error
+        wait_caught_up(pg_dsn, topic_prefix, timeout=180)
+        topics = [*_topics(topic_prefix), f"{topic_prefix}.transactions"]
+        committed = read_topics(kafka_broker.bootstrap, topics, timeout=120, idle=2.0)
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        assert new.terminate() == 0, new.log()
+    finally:
+        if old.process is not None and old.process.poll() is None:
+            old.process.send_signal(signal.SIGCONT)
+        old.kill()
+        if new is not None:
+            new.kill()
+    assert code == 1, old.log()
+    errors = [line for line in old.log().splitlines() if line.startswith("error:")]
+    assert errors and "transactional.id" in errors[-1] and "took over" in errors[-1], old.log()
+    # ... and nothing it had open became visible: every change exactly once
+    seen: Counter[tuple[int, int]] = Counter()
+    for topic in _topics(topic_prefix):
+        for value in _decoded(store, committed[topic]):
+            seen[(value["source"]["commit_lsn"], value["transaction"]["total_order"])] += 1
+    assert all(count == 1 for count in seen.values())
+    assert len({lsn for lsn, _ in seen}) == workload.committed
+    check_whole_transactions(store, committed, topic_prefix)
