@@ -1,0 +1,41 @@
+"""Exactly-once rules that need no broker: positions, what a restart skips, when to commit."""
+
+from __future__ import annotations
+
+from pgbridge.lsn import Lsn
+from pgbridge.publish.transactions import BatchPolicy, Position, transactional_id
+
+
+def test_a_whole_position_skips_every_transaction_committed_at_or_before_it() -> None:
+    position = Position(Lsn(1000))
+    assert position.skips_transaction(Lsn(999)) and position.skips_transaction(Lsn(1000))
+    assert not position.skips_transaction(Lsn(1001))
+    assert position.skips_through(Lsn(1000)) == 0
+
+
+def test_a_partial_position_skips_only_the_committed_prefix_of_its_transaction() -> None:
+    position = Position(Lsn(1000), total_order=250, complete=False)
+    assert position.skips_transaction(Lsn(999))
+    assert not position.skips_transaction(Lsn(1000))
+    assert position.skips_through(Lsn(1000)) == 250
+    assert position.skips_through(Lsn(1001)) == 0
+
+
+def test_positions_round_trip_through_their_offsets_record() -> None:
+    for position in (Position(Lsn(0x1_0000_0010), 7), Position(Lsn(5), 3, complete=False)):
+        assert Position.from_json(position.to_json()) == position
+    assert b'"commit_lsn_text":"1/10"' in Position(Lsn(0x1_0000_0010)).to_json()
+
+
+def test_batches_commit_at_a_boundary_once_old_or_big_and_split_only_near_the_timeout() -> None:
+    policy = BatchPolicy(max_age_s=0.1, max_bytes=1000, split_after_s=300)
+    assert not policy.at_boundary(age_s=0.05, nbytes=10)
+    assert policy.at_boundary(age_s=0.1, nbytes=10)
+    assert policy.at_boundary(age_s=0.0, nbytes=1000)
+    assert not policy.mid_transaction(age_s=299)
+    assert policy.mid_transaction(age_s=300)
+
+
+def test_the_transactional_id_is_stable_for_a_slot_and_prefix() -> None:
+    assert transactional_id("pgbridge", "orders") == "pgbridge-pgbridge-orders"
+    assert transactional_id("a", "s") != transactional_id("b", "s")
