@@ -110,7 +110,7 @@ class KafkaConfig(_Section):
     topic_replication_factor: int = Field(default=-1)
     # Exactly-once (publish/transactions.py): Kafka transactions of whole Postgres transactions.
     exactly_once: bool = False
-    transaction_max_ms: int = Field(default=100, ge=1)  # gather Postgres transactions this long ...
+    transaction_max_ms: int = Field(default=500, ge=1)  # gather Postgres transactions this long ...
     transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)  # ... or this many bytes
     transaction_timeout_ms: int = Field(default=600_000, ge=10_000)  # the producer's transaction.timeout.ms
     # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
-from tests.support.broker import Broker
+from tests.support.broker import Broker, broker_kind
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn
@@ -175,3 +175,68 @@ def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the
         if slot_stream_stats(streaming_dsn, topic_prefix)["stream_txns"] >= 3:
             assert aborted == 1  # Postgres streamed the aborted one too, so its Stream Abort was counted
         assert bridge.terminate() == 0, bridge.log()
+
+
+@pytest.mark.slow
+def test_exactly_once_million_row_transaction_split_in_parts_and_killed_midway_arrives_once(
+        streaming_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    """Exactly-once mode, the split rule and a crash inside it: the million-row transaction with
+    rolled-back savepoints keeps one Kafka transaction open long enough to be committed in parts
+    (transaction timeout 10 s: a part every 5 s); pgbridge is killed -9 after a part committed and
+    restarted; a read_committed consumer sees exactly the survivors once, in order."""
+    if broker_kind() != "kafka":
+        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    # given
+    with psycopg.connect(streaming_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, who text)")
+    extra = {"PGBRIDGE_KAFKA__EXACTLY_ONCE": "true", "PGBRIDGE_KAFKA__TRANSACTION_TIMEOUT_MS": "10000",
+             "PGBRIDGE_HA__LEADER_ELECTION": "false"}
+    bridge = _bridge(streaming_dsn, kafka_broker, topic_prefix, **extra)
+    try:
+        # when: the same transaction as above
+        with psycopg.connect(streaming_dsn) as conn:
+            _insert(conn, 1, 200_000)
+            conn.execute("SAVEPOINT s1")
+            _insert(conn, 200_001, 210_000)
+            conn.execute("ROLLBACK TO SAVEPOINT s1")
+            _insert(conn, 210_001, 500_000)
+            conn.execute("SAVEPOINT s2")
+            _insert(conn, 500_001, 505_000)
+            conn.execute("SAVEPOINT s3")
+            _insert(conn, 505_001, 510_000)
+            conn.execute("RELEASE SAVEPOINT s3")
+            conn.execute("ROLLBACK TO SAVEPOINT s2")
+            conn.execute("SAVEPOINT s4")
+            _insert(conn, 510_001, 700_000)
+            conn.execute("RELEASE SAVEPOINT s4")
+            _insert(conn, 700_001, 1_000_000)
+            conn.execute("SAVEPOINT s5")
+            _insert(conn, 1_000_001, 1_010_000)
+            conn.execute("ROLLBACK TO SAVEPOINT s5")
+            _insert(conn, 1_010_001, 1_030_000)
+            conn.commit()
+        # ... and pgbridge dies right after it committed a first part of it
+        wait_until(lambda: "huge transaction committed in parts" in bridge.log(), timeout=300,
+                   message="the transaction was never split")
+        bridge.kill()
+        bridge = BridgeProcess(bridge.env, log_path=bridge.log_path).start(http=True)
+        # then: exactly the survivors, once each, in order (the restart skipped the committed part)
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        expected = _survivors()
+        state: dict[str, Any] = {"n": 0}
+
+        def check(key: bytes | None, value: bytes | None) -> None:
+            assert value is not None
+            event = store.decode(value)
+            state["n"] += 1
+            assert event["after"]["id"] == next(expected), f"record {state['n']}"
+            assert event["transaction"]["total_order"] == state["n"]
+
+        read = consume_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.items", check,
+                             count=1_000_000, timeout=900, idle=5.0)
+        assert read == 1_000_000
+        assert next(expected, None) is None
+        assert '"complete":false' in bridge.log(), "the restart did not resume from a committed part"
+        assert bridge.terminate() == 0, bridge.log()
+    finally:
+        bridge.kill()

@@ -79,7 +79,9 @@ def transactional_config(config: KafkaConfig, slot: str) -> dict[str, Any]:
     if not config.exactly_once:
         return {}
     return {"transactional.id": transactional_id(config.topic_prefix, slot),
-            "transaction.timeout.ms": config.transaction_timeout_ms}
+            "transaction.timeout.ms": config.transaction_timeout_ms,
+            # librdkafka refuses a record timeout longer than the transaction's
+            "delivery.timeout.ms": min(config.delivery_timeout_ms, config.transaction_timeout_ms)}
 
 
 def consumer_config(config: KafkaConfig) -> dict[str, Any]:
