@@ -722,12 +722,14 @@ class _SnapshotSink(ChunkSink):
         self._ctx = EventContext(commit_lsn=snapshot_lsn, xid=0, ts_us=self._ts_us, origin=None,
                                  total_order=0, collection_order=0, snapshot=True)
         self._callbacks: dict[int, Callable[..., None]] = {}
+        self._open_units: list[PublishSlot] = []  # exactly-once: chunks begun and not ended
 
     def begin_chunk(self) -> PublishSlot:
         unit = self._session.tracker.open_unit()
         self._callbacks[id(unit)] = self._session.publisher.callback_for(unit)
         if self._session.transactions is not None:
-            self._session.transactions.hold(unit)  # a chunk is one Kafka transaction
+            self._session.transactions.hold(unit)  # completes only after a Kafka commit
+            self._open_units.append(unit)
         return unit
 
     def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None:
@@ -739,8 +741,15 @@ class _SnapshotSink(ChunkSink):
     def end_chunk(self, unit: PublishSlot) -> None:
         self._callbacks.pop(id(unit), None)
         self._session.tracker.seal(unit, None)
-        if self._session.transactions is not None:
-            self._session.transactions.commit()
+        transactions = self._session.transactions
+        if transactions is not None:
+            # Workers read chunks in parallel, so the Kafka transaction also holds rows of chunks
+            # still being read: commit, then hold those again, so that no chunk counts as durable
+            # (and gets its progress record) before a commit that follows its last row.
+            self._open_units.remove(unit)
+            transactions.commit()
+            for still_open in self._open_units:
+                transactions.hold(still_open)
 
     def service(self) -> None:
         self._session.publisher.poll(0)

@@ -306,3 +306,26 @@ def test_a_fenced_producer_cannot_commit_and_its_open_transaction_never_becomes_
     assert [r.value for r in committed[offsets]][-1] == Position(200).to_json()
     dirty = read_topics(kafka_broker.bootstrap, [topic], min_count=2, timeout=60, isolation="read_uncommitted")
     assert [r.value for r in dirty[topic]] == [b"from the old leader", b"from the new leader"]
+
+
+def test_an_initial_snapshot_read_by_parallel_workers_commits_each_row_once(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: 30,000 rows read in chunks of 2,000 by two workers, exactly-once
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 30000) g")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "initial",
+                            "PGBRIDGE_SNAPSHOT__CHUNK_ROWS": "2000", "PGBRIDGE_SNAPSHOT__WORKERS": "2",
+                            "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true", "PGBRIDGE_HA__LEADER_ELECTION": "false"})
+    with BridgeProcess(env).start() as bridge:
+        # when
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=120,
+                   message=f"the snapshot never finished: {bridge.log()}")
+        records = read_topics(kafka_broker.bootstrap, [f"{topic_prefix}.public.t"], min_count=30000,
+                              timeout=120)[f"{topic_prefix}.public.t"]
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        assert bridge.terminate() == 0, bridge.log()
+    # then: every row once, as a snapshot read, for a read_committed reader
+    ids = Counter(store.decode(r.value)["after"]["id"] for r in records if r.value is not None)
+    assert set(ids) == set(range(1, 30001)) and set(ids.values()) == {1}
