@@ -80,6 +80,9 @@ class MirrorConfig:
     max_offsets_per_trigger: int | None = None
     trigger_seconds: float = 1.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # The topics come from pgbridge's kafka.exactly_once: read_committed sees no duplicate, so the
+    # per-batch duplicate filter (a shuffle) is skipped.
+    exactly_once: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("mirror", "changelog"):
@@ -419,8 +422,11 @@ class MirrorJob:
         decoded = (raw.where(F.col("topic") == topic).select("topic", "partition", "offset", "key", "value")
                    .mapInArrow(_decode_function(texts, row_type, key_type, out_type, timezone), out_type))
         fresh = decoded.where(new_changes_condition(progress))
-        changes = (fresh.where("transaction IS NOT NULL").dropDuplicates(["commit_lsn", "total_order"])
-                   .unionByName(fresh.where("transaction IS NULL"))).persist()
+        if self.config.exactly_once:
+            changes = fresh.persist()
+        else:
+            changes = (fresh.where("transaction IS NOT NULL").dropDuplicates(["commit_lsn", "total_order"])
+                       .unionByName(fresh.where("transaction IS NULL"))).persist()
         return _TableBatch(topic, name, directory, progress, row_type, key_type, schema_id, changes, changes)
 
     @staticmethod
@@ -580,6 +586,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                         help="librdkafka / Kafka consumer property (repeatable)")
     args = parser.parse_args(argv)
@@ -589,7 +597,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                           source=args.source, tables=tuple(t for t in args.tables.split(",") if t),
                           schema_registry_url=args.schema_registry_url,
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
-                          kafka_options=options)
+                          kafka_options=options, exactly_once=args.exactly_once)
     return config, args
 
 

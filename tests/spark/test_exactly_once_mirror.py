@@ -1,0 +1,68 @@
+"""The mirror on exactly-once topics: read_committed, no duplicate filter, pgbridge killed mid-stream.
+
+pgbridge runs with ``kafka.exactly_once`` and is killed with ``kill -9`` twice while the workload
+commits, leaving aborted Kafka transactions behind; the mirror job (``exactly_once=True``: no
+duplicate filter) reads ``read_committed`` and its Parquet equals ``SELECT *`` of every table.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, run_available_now, workload
+from tests.support.bridge import BridgeProcess, bridge_env
+from tests.support.broker import Broker, broker_kind
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration,
+              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+
+
+def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
+        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+    if broker_kind() != "kafka":
+        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    # given
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES), "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true",
+                            "PGBRIDGE_HA__LEADER_ELECTION": "false"})
+    output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
+    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+                          checkpoint=str(checkpoint), source="python", max_offsets_per_trigger=4000,
+                          exactly_once=True)
+    bridge = BridgeProcess(env).start()
+    try:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
+                   message=f"slot never created: {bridge.log()}")
+        # when: the workload commits while pgbridge is killed -9 twice
+        workload(pg_dsn)
+        writer = threading.Thread(target=more_work, args=(pg_dsn, 7000, 300))
+        writer.start()
+        for kill in range(2):
+            wait_until(lambda: bridge.log().count("replicating") > kill, timeout=60,  # noqa: B023
+                       message="the restarted bridge never streamed")
+            time.sleep(0.7)
+            bridge.kill()
+            bridge = BridgeProcess(env, log_path=bridge.log_path).start()
+        writer.join()
+        wait_published(pg_dsn, topic_prefix)
+        run_available_now(MirrorJob(spark, config))
+        # then
+        for table in TABLES:
+            assert_mirrored(pg_dsn, output, table)
+        assert bridge.terminate() == 0, bridge.log()
+    finally:
+        bridge.kill()
+    shutil.rmtree(tmp_path, ignore_errors=True)
