@@ -56,7 +56,8 @@ def _schema(dsn: str) -> None:
 
 
 class Transfers(threading.Thread):
-    """Transfers between the two account tables, each with a ledger line (sometimes several)."""
+    """Transfers between the two account tables, each with a ledger line (every 50th: 20 lines),
+    until ``transactions`` were committed or ``halt`` is set."""
 
     def __init__(self, dsn: str, transactions: int, seed: int) -> None:
         super().__init__(daemon=True)
@@ -64,12 +65,20 @@ class Transfers(threading.Thread):
         self.transactions = transactions
         self.rnd = random.Random(seed)
         self.committed = 0
+        self.halt = threading.Event()
         self.error: BaseException | None = None
+
+    @property
+    def expected_events(self) -> int:
+        """Row events of the committed transfers: 3 each, 19 more for every 20-line one."""
+        return self.committed * 3 + sum(19 for n in range(self.committed) if n % 50 == 25)
 
     def run(self) -> None:
         try:
             with psycopg.connect(self.dsn, autocommit=False) as conn:
                 for n in range(self.transactions):
+                    if self.halt.is_set():
+                        break
                     a, b = self.rnd.randint(1, ACCOUNTS), self.rnd.randint(1, ACCOUNTS)
                     amount = self.rnd.randint(1, 100)
                     conn.execute("UPDATE accounts_a SET balance = balance - %s WHERE id = %s", (amount, a))
@@ -195,7 +204,7 @@ def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whol
     checker = AtomicityChecker(kafka_broker.bootstrap, topic_prefix, topics)
     try:
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
-        workload = Transfers(pg_dsn, transactions=3000, seed=17)
+        workload = Transfers(pg_dsn, transactions=1_000_000, seed=17)  # until halted after the kills
         workload.start()
         wait_until(lambda: workload.committed > 50, timeout=60, message="workload did not start")
         checker.start()
@@ -205,9 +214,10 @@ def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whol
             wait_until(lambda: bridge.log().count("replicating") > kill, timeout=60,  # noqa: B023
                        message="the restarted bridge never streamed")
             time.sleep(rnd.uniform(0.2, 1.0))
-            assert workload.is_alive(), f"the workload ended before kill {kill + 1}: make it longer"
             bridge.kill()
             bridge = BridgeProcess(env, log_path=bridge.log_path).start()
+        time.sleep(1.0)
+        workload.halt.set()
         workload.join(300)
         assert workload.error is None, workload.error
         try:
@@ -237,7 +247,7 @@ def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whol
         assert lsns == sorted(lsns), f"{topic} is not in commit order"
     duplicates = sum(count - 1 for count in seen.values())
     assert duplicates == 0, f"{duplicates} duplicate events for a read_committed consumer"
-    expected_events = workload.committed * 3 + sum(19 for n in range(workload.transactions) if n % 50 == 25)
+    expected_events = workload.expected_events
     assert sum(per_tx.values()) == expected_events
     assert len(per_tx) == workload.committed
     # ... and a read_uncommitted consumer sees the aborted copies the kills left behind

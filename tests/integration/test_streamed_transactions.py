@@ -45,6 +45,31 @@ def _insert(conn: psycopg.Connection[Any], first: int, last: int, who: str = "x"
                  (who, first, last))
 
 
+def _million_row_transaction(conn: psycopg.Connection[Any]) -> None:
+    """One transaction; three savepoints rolled back (one of them with a released savepoint nested
+    inside), one released savepoint survives: 1,000,000 surviving rows (``_survivors``)."""
+    _insert(conn, 1, 200_000)
+    conn.execute("SAVEPOINT s1")
+    _insert(conn, 200_001, 210_000)
+    conn.execute("ROLLBACK TO SAVEPOINT s1")
+    _insert(conn, 210_001, 500_000)
+    conn.execute("SAVEPOINT s2")
+    _insert(conn, 500_001, 505_000)
+    conn.execute("SAVEPOINT s3")
+    _insert(conn, 505_001, 510_000)
+    conn.execute("RELEASE SAVEPOINT s3")
+    conn.execute("ROLLBACK TO SAVEPOINT s2")
+    conn.execute("SAVEPOINT s4")
+    _insert(conn, 510_001, 700_000)
+    conn.execute("RELEASE SAVEPOINT s4")
+    _insert(conn, 700_001, 1_000_000)
+    conn.execute("SAVEPOINT s5")
+    _insert(conn, 1_000_001, 1_010_000)
+    conn.execute("ROLLBACK TO SAVEPOINT s5")
+    _insert(conn, 1_010_001, 1_030_000)
+    conn.commit()
+
+
 def _survivors() -> Iterator[int]:
     yield from range(1, 200_001)
     yield from range(210_001, 500_001)
@@ -62,26 +87,7 @@ def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_t
         # when: one transaction; three savepoints rolled back (one of them with a released
         # savepoint nested inside), one released savepoint survives
         with psycopg.connect(streaming_dsn) as conn:
-            _insert(conn, 1, 200_000)
-            conn.execute("SAVEPOINT s1")
-            _insert(conn, 200_001, 210_000)
-            conn.execute("ROLLBACK TO SAVEPOINT s1")
-            _insert(conn, 210_001, 500_000)
-            conn.execute("SAVEPOINT s2")
-            _insert(conn, 500_001, 505_000)
-            conn.execute("SAVEPOINT s3")
-            _insert(conn, 505_001, 510_000)
-            conn.execute("RELEASE SAVEPOINT s3")
-            conn.execute("ROLLBACK TO SAVEPOINT s2")
-            conn.execute("SAVEPOINT s4")
-            _insert(conn, 510_001, 700_000)
-            conn.execute("RELEASE SAVEPOINT s4")
-            _insert(conn, 700_001, 1_000_000)
-            conn.execute("SAVEPOINT s5")
-            _insert(conn, 1_000_001, 1_010_000)
-            conn.execute("ROLLBACK TO SAVEPOINT s5")
-            _insert(conn, 1_010_001, 1_030_000)
-            conn.commit()
+            _million_row_transaction(conn)
 
         # then: exactly the 1,000,000 surviving rows, in insert order, each once, one transaction
         store = load_schemas(kafka_broker.bootstrap, topic_prefix)
@@ -195,26 +201,7 @@ def test_exactly_once_million_row_transaction_split_in_parts_and_killed_midway_a
     try:
         # when: the same transaction as above
         with psycopg.connect(streaming_dsn) as conn:
-            _insert(conn, 1, 200_000)
-            conn.execute("SAVEPOINT s1")
-            _insert(conn, 200_001, 210_000)
-            conn.execute("ROLLBACK TO SAVEPOINT s1")
-            _insert(conn, 210_001, 500_000)
-            conn.execute("SAVEPOINT s2")
-            _insert(conn, 500_001, 505_000)
-            conn.execute("SAVEPOINT s3")
-            _insert(conn, 505_001, 510_000)
-            conn.execute("RELEASE SAVEPOINT s3")
-            conn.execute("ROLLBACK TO SAVEPOINT s2")
-            conn.execute("SAVEPOINT s4")
-            _insert(conn, 510_001, 700_000)
-            conn.execute("RELEASE SAVEPOINT s4")
-            _insert(conn, 700_001, 1_000_000)
-            conn.execute("SAVEPOINT s5")
-            _insert(conn, 1_000_001, 1_010_000)
-            conn.execute("ROLLBACK TO SAVEPOINT s5")
-            _insert(conn, 1_010_001, 1_030_000)
-            conn.commit()
+            _million_row_transaction(conn)
         # ... and pgbridge dies right after it committed a first part of it
         wait_until(lambda: "huge transaction committed in parts" in bridge.log(), timeout=300,
                    message="the transaction was never split")

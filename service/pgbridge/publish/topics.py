@@ -1,15 +1,19 @@
-"""Topic names per the contract, and creation on first use (before any produce touches them)."""
+"""Topic names per the contract, creation on first use (before any produce touches them), and
+reading an internal compacted topic (``{prefix}._*``: snapshot progress, exactly-once positions)
+back to its end."""
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Final
+import time
+from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from pgbridge.errors import BrokerUnavailable, PublishError
+from pgbridge.logs import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +113,69 @@ class TopicManager:
         except Exception as exc:  # timeout of the admin future
             raise BrokerUnavailable(f"cannot create topic {topic}: {exc}") from None
         self._known.add(topic)
+
+
+# After a broker outage the first watermark answers are "not leader" or time-outs until the
+# client's metadata names the partition's new leader: ask again, a short attempt at a time.
+WATERMARK_ATTEMPT_S: Final = 2.0
+
+
+def high_watermark(consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
+    """The partition's high watermark (last stable offset for read_committed), asked again until
+    ``deadline`` while the answer is an error."""
+    while True:
+        attempt = max(0.1, min(WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
+        try:
+            _low, high = consumer.get_watermark_offsets(partition, timeout=attempt, cached=False)
+            return int(high)
+        except KafkaException:
+            if time.monotonic() + 0.2 >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
+                   key_prefix: str = "") -> dict[str, bytes]:
+    """The latest value of every key of partition 0 of ``topic`` (a tombstone removes its key),
+    read ``read_committed`` from the beginning to the end; keys not starting with ``key_prefix``
+    are skipped. ``BrokerUnavailable`` if the end is not reached within ``timeout_s``."""
+    consumer = Consumer({**settings, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True, "isolation.level": "read_committed",
+                         # as the producer's: a broker back from an outage is reconnected within a second
+                         "reconnect.backoff.max.ms": 1000}, logger=LibrdkafkaLog())
+    latest: dict[str, bytes] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        high = high_watermark(consumer, TopicPartition(topic, 0), deadline)
+        if high <= 0:
+            return latest
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        position = -1
+        while position + 1 < high:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading {topic} did not reach its end in {timeout_s:.0f}s")
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break  # read_committed: the end is the last stable offset
+                continue
+            position = int(message.offset() or 0)
+            raw_key = message.key()
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            if not key.startswith(key_prefix):
+                continue
+            value = message.value()
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = value if isinstance(value, bytes) else value.encode()
+    except BrokerUnavailable:
+        raise
+    except Exception as exc:
+        raise BrokerUnavailable(f"cannot read {topic}: {exc}") from None
+    finally:
+        consumer.close()
+    return latest

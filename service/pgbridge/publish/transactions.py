@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from pgbridge.ack.tracker import AckTracker, PublishSlot
 from pgbridge.errors import BrokerUnavailable, FatalError, TransientError
-from pgbridge.logs import LibrdkafkaLog
 from pgbridge.lsn import Lsn, format_lsn
+from pgbridge.publish.topics import read_compacted
 
 log = logging.getLogger(__name__)
 
@@ -119,37 +119,10 @@ class _Open:
 
 def read_position(consumer_settings: dict[str, Any], topic: str, slot: str) -> Position | None:
     """The last committed ``_offsets`` record of ``slot`` (``read_committed``), or None."""
-    settings = {**consumer_settings, "group.id": "pgbridge-offsets", "enable.auto.commit": False,
-                "isolation.level": "read_committed", "enable.partition.eof": True}
-    consumer = Consumer(settings, logger=LibrdkafkaLog())
-    found: Position | None = None
-    key = slot.encode()
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    try:
-        partition = TopicPartition(topic, 0)
-        _low, high = consumer.get_watermark_offsets(partition, timeout=READ_TIMEOUT_S, cached=False)
-        if high <= 0:
-            return None
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        while True:
-            if time.monotonic() > deadline:
-                raise BrokerUnavailable(f"reading {topic} did not reach its end in {READ_TIMEOUT_S:.0f}s")
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break  # the last stable offset: nothing undecided is read
-                continue
-            value = message.value()
-            if message.key() == key and value is not None:
-                found = Position.from_json(value)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"cannot read {topic}: {exc}") from None
-    finally:
-        consumer.close()
-    return found
+    latest = read_compacted({**consumer_settings, "group.id": "pgbridge-offsets"}, topic,
+                            timeout_s=READ_TIMEOUT_S, key_prefix=slot)
+    value = latest.get(slot)
+    return None if value is None else Position.from_json(value)
 
 
 class KafkaTransactions:

@@ -68,27 +68,23 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import producer_config
-from pgbridge.publish.topics import TopicManager, sanitize
+from pgbridge.publish.topics import TopicManager, read_compacted, sanitize
 
 log = logging.getLogger(__name__)
 
 # Reading the progress topic at start-up gives up after this long: a broker that cannot serve one
 # small topic in that time is unreachable, and the session is retried.
 LOAD_TIMEOUT_S: Final = 30.0
-# One watermark request's wait: short, so a partition leader that comes back is asked within
-# seconds instead of after a single request that waited out the whole load timeout.
-WATERMARK_ATTEMPT_S: Final = 2.0
 FLUSH_TIMEOUT_S: Final = 30.0
 
 
@@ -166,53 +162,13 @@ class ProgressStore:
     def load(self) -> dict[str, dict[str, Any]]:
         """Every live record of this slot (latest value per key; tombstones remove the key)."""
         self._topics.ensure(self.topic, compacted=True)
-        settings = {"bootstrap.servers": self._config.bootstrap_servers, "group.id": "pgbridge-progress",
-                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                    "enable.partition.eof": True,
-                    # as the producer's: a broker back from an outage is reconnected within a second
-                    "reconnect.backoff.max.ms": 1000}
+        settings: dict[str, Any] = {"bootstrap.servers": self._config.bootstrap_servers,
+                                    "group.id": "pgbridge-progress"}
         for name, secret in self._config.properties.items():
             if name.startswith(("security.", "ssl.", "sasl.")):
                 settings[name] = secret.get_secret_value()
-        consumer = Consumer(settings, logger=LibrdkafkaLog())
-        records: dict[str, dict[str, Any]] = {}
-        prefix = f"{self.slot}/"
-        deadline = time.monotonic() + LOAD_TIMEOUT_S
-        try:
-            partition = TopicPartition(self.topic, 0)
-            high = _high_watermark(consumer, partition, deadline)
-            if high <= 0:
-                return records
-            consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-            position = -1
-            while position + 1 < high:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailable(f"reading {self.topic} did not reach its end in {LOAD_TIMEOUT_S:.0f}s")
-                message = consumer.poll(0.2)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                position = int(message.offset() or 0)
-                raw_key = message.key()
-                key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-                if not key.startswith(prefix):
-                    continue
-                value = message.value()
-                if value is None:
-                    records.pop(key, None)
-                else:
-                    records[key] = json.loads(value)
-        except BrokerUnavailable:
-            raise
-        except Exception as exc:
-            raise BrokerUnavailable(f"cannot read {self.topic}: {exc}") from None
-        finally:
-            consumer.close()
-        return records
+        latest = read_compacted(settings, self.topic, timeout_s=LOAD_TIMEOUT_S, key_prefix=f"{self.slot}/")
+        return {key: json.loads(value) for key, value in latest.items()}
 
     def put(self, key: str, value: dict[str, Any] | None) -> None:
         """Produce one record (``None``: tombstone); durable once ``flush`` returned."""
@@ -255,18 +211,3 @@ class ProgressStore:
         if self._producer is not None:
             self._producer.flush(1.0)
             self._producer = None
-
-
-def _high_watermark(consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
-    """The partition's high watermark, asked again (every ``WATERMARK_ATTEMPT_S`` at most) until
-    ``deadline`` while the answer is an error: after a broker outage the first answers are
-    "not leader" or time-outs until the client's metadata names the partition's new leader."""
-    while True:
-        attempt = max(0.1, min(WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
-        try:
-            _low, high = consumer.get_watermark_offsets(partition, timeout=attempt, cached=False)
-            return int(high)
-        except KafkaException:
-            if time.monotonic() + 0.2 >= deadline:
-                raise
-            time.sleep(0.2)
