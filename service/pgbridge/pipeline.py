@@ -798,6 +798,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 session.close()
                 return
             except LeadershipLost as exc:
+                session.publisher.check_fenced()  # frozen while a standby took over: stop, never commit
                 health.last_error = str(exc)
                 log.warning("leadership lost; standing by", extra={"error": str(exc)})
                 session.close()

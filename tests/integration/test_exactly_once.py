@@ -12,12 +12,15 @@ Three scenarios (publish/transactions.py states the rules they check):
   shares of several partitions each at its own commit marker), and at the end every transaction
   has exactly the rows per table its END record counts;
 * fencing: two publishers with one ``transactional.id`` (a frozen leader and the standby that took
-  over): the older one's commit fails with ``Fenced`` and its open transaction never becomes visible.
+  over): the older one's commit fails with ``Fenced`` and its open transaction never becomes visible;
+  and the same with two real replicas (``ha.leader_election``): the leader frozen, the standby takes
+  over, the old one resumed exits 1 having committed nothing.
 """
 
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -339,3 +342,59 @@ def test_an_initial_snapshot_read_by_parallel_workers_commits_each_row_once(
     # then: every row once, as a snapshot read, for a read_committed reader
     ids = Counter(store.decode(r.value)["after"]["id"] for r in records if r.value is not None)
     assert set(ids) == set(range(1, 30001)) and set(ids.values()) == {1}
+
+
+def test_a_frozen_leader_fenced_by_the_standby_exits_with_a_clear_error(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    """Active/standby with exactly-once: the leader is frozen (SIGSTOP) with a Kafka transaction
+    open; it loses its lease, the server ends its walsender (wal_sender_timeout), the standby takes
+    over and fences it; resumed, the old leader commits nothing and exits with the fencing error."""
+    # given
+    _schema(pg_dsn)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(f"public.{t}" for t in TABLES),
+                            "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true",
+                            "PGBRIDGE_KAFKA__TRANSACTION_MAX_MS": "5000", "PGBRIDGE_HA__LEASE_S": "3",
+                            "PGBRIDGE_HA__STANDBY_RETRY_S": "1"})
+    first = BridgeProcess(env).start()
+    wait_until(lambda: "replicating" in first.log(), timeout=60, message="the first replica never streamed")
+    second = BridgeProcess(env).start()
+    workload = Transfers(pg_dsn, transactions=1_000_000, seed=31)
+    try:
+        workload.start()
+        wait_until(lambda: workload.committed > 200, timeout=60, message="workload did not start")
+        # when: the leader freezes mid-stream, and the standby takes over
+        assert first.process is not None
+        first.process.send_signal(signal.SIGSTOP)
+        wait_until(lambda: "replicating" in second.log(), timeout=120, message="the standby never took over")
+        time.sleep(2.0)
+        first.process.send_signal(signal.SIGCONT)
+        # then: the old leader exits with the fencing error
+        code = first.process.wait(120)
+        workload.halt.set()
+        workload.join(120)
+        assert workload.error is None, workload.error
+        wait_caught_up(pg_dsn, topic_prefix, timeout=180)
+        topics = [*_topics(topic_prefix), f"{topic_prefix}.transactions"]
+        committed = read_topics(kafka_broker.bootstrap, topics, timeout=120, idle=2.0)
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        assert second.terminate() == 0, second.log()
+    finally:
+        workload.halt.set()
+        if first.process is not None and first.process.poll() is None:
+            first.process.send_signal(signal.SIGCONT)
+        first.kill()
+        second.kill()
+    assert code == 1, first.log()[-3000:]
+    # whichever it notices first: Kafka's fencing, or its slot monitor seeing the slot taken over
+    errors = [line for line in first.log().splitlines() if line.startswith("error:")]
+    assert errors and ("same transactional.id took over" in errors[-1]
+                       or "not by this pgbridge" in errors[-1]), first.log()[-3000:]
+    # ... and nothing it had open became visible: every change exactly once, transactions whole
+    seen: Counter[tuple[int, int]] = Counter()
+    for topic in _topics(topic_prefix):
+        for value in _decoded(store, committed[topic]):
+            seen[(value["source"]["commit_lsn"], value["transaction"]["total_order"])] += 1
+    assert set(seen.values()) == {1}
+    assert len({lsn for lsn, _ in seen}) == workload.committed
+    assert check_whole_transactions(store, committed, topic_prefix) == workload.committed

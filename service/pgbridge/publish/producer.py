@@ -278,6 +278,8 @@ class KafkaPublisher:
                 return
             except BufferError:
                 continue
+            except KafkaException as exc:
+                raise self._refused(exc) from None
 
     def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
         """Produce one record and wait for its acknowledgement (schema announcements)."""
