@@ -18,6 +18,7 @@ ever confirmed before Kafka acknowledged it.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -70,9 +71,10 @@ from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.topics import messages_topic, transactions_topic
 from pgbridge.publish.transactions import Position
 from pgbridge.slotted import slot_setters
+from pgbridge.snapshot.chunking import Chunk
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import ChunkSink, SnapshotInterrupted, run_initial_snapshot
-from pgbridge.snapshot.progress import ProgressStore
+from pgbridge.snapshot.progress import ProgressStore, done_key
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
@@ -718,6 +720,7 @@ class _SnapshotSink(ChunkSink):
 
     def __init__(self, session: Session, snapshot_lsn: Lsn) -> None:
         self._session = session
+        self._snapshot_lsn = snapshot_lsn
         self._ts_us = int(time.time() * 1_000_000)
         self._ctx = EventContext(commit_lsn=snapshot_lsn, xid=0, ts_us=self._ts_us, origin=None,
                                  total_order=0, collection_order=0, snapshot=True)
@@ -738,10 +741,18 @@ class _SnapshotSink(ChunkSink):
         session._produce(session.encoder.encode_snapshot_row(relation, row, self._ctx), self._callbacks[id(unit)], unit)
         session._count_event(relation, "r")
 
-    def end_chunk(self, unit: PublishSlot) -> None:
-        self._callbacks.pop(id(unit), None)
-        self._session.tracker.seal(unit, None)
+    def end_chunk(self, unit: PublishSlot, chunk: Chunk) -> None:
+        callback = self._callbacks.pop(id(unit), None)
         transactions = self._session.transactions
+        if transactions is not None and callback is not None:
+            # the chunk's progress record commits with its rows (snapshot/progress.py writes the same
+            # record again once the rows are durable, which is harmless on a compacted topic)
+            progress = self._session.progress
+            self._session.publisher.produce(
+                progress.topic, done_key(progress.slot, chunk.table, chunk.index).encode(),
+                json.dumps({"consistent_lsn": self._snapshot_lsn}, separators=(",", ":")).encode(),
+                callback, unit, self.service)
+        self._session.tracker.seal(unit, None)
         if transactions is not None:
             # Workers read chunks in parallel, so the Kafka transaction also holds rows of chunks
             # still being read: commit, then hold those again, so that no chunk counts as durable

@@ -342,6 +342,13 @@ def test_an_initial_snapshot_read_by_parallel_workers_commits_each_row_once(
     # then: every row once, as a snapshot read, for a read_committed reader
     ids = Counter(store.decode(r.value)["after"]["id"] for r in records if r.value is not None)
     assert set(ids) == set(range(1, 30001)) and set(ids.values()) == {1}
+    # ... and each chunk's progress record was committed in the Kafka transaction of its rows
+    progress = read_topics(kafka_broker.bootstrap, [f"{topic_prefix}._snapshot"], timeout=60,
+                           isolation="read_uncommitted")[f"{topic_prefix}._snapshot"]
+    done = Counter(r.key for r in progress if r.key and b"/initial/done/" in r.key and r.value is not None)
+    assert len(done) >= 15  # 30,000 rows in chunks of about 2,000
+    # written twice each: inside the chunk's Kafka transaction, and again once its rows were durable
+    assert set(done.values()) == {2}, done
 
 
 def test_a_frozen_leader_fenced_by_the_standby_exits_with_a_clear_error(

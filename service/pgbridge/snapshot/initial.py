@@ -131,7 +131,9 @@ class ChunkSink(Protocol):
 
     def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None: ...
 
-    def end_chunk(self, unit: PublishSlot) -> None: ...
+    def end_chunk(self, unit: PublishSlot, chunk: Chunk) -> None:
+        """Every row of ``chunk`` was emitted under ``unit`` (exactly-once: its progress record goes
+        into the same Kafka transaction)."""
 
     def service(self) -> None:
         """Serve delivery reports; raise if a delivery failed."""
@@ -331,7 +333,7 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
                 finished, rows = item[1], item[2]
                 assert isinstance(finished, Chunk) and isinstance(rows, int)
                 unit = units.pop(finished, None) or sink.begin_chunk()
-                sink.end_chunk(unit)
+                sink.end_chunk(unit, finished)
                 waiting.append((finished, unit, rows))
             elif kind == "exit":
                 alive -= 1
