@@ -34,10 +34,11 @@ COPY service/ ./service/
 # nothing, so a checkout without that folder (git keeps no empty folder) still builds.
 COPY schema[s] ./schemas/
 
-# Install the project from the local source tree (dependency ranges come from pyproject.toml), then
+# Install the project from the local source tree with the versions CI tested (constraints.txt), then
 # prove the CLI module and its dependencies import and that the compiled kernels were built (the
 # build of an optional extension only warns when it fails).
-RUN /opt/pgbridge/bin/pip install --no-cache-dir /src \
+RUN --mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt \
+    /opt/pgbridge/bin/pip install --no-cache-dir -c /tmp/constraints.txt /src \
     && /opt/pgbridge/bin/python -c "import pgbridge.cli" \
     && /opt/pgbridge/bin/python -c "from pgbridge import native; s = native.status(); assert all(s.values()), s"
 

@@ -7,4 +7,5 @@ parsing) → ``assemble`` (commit-ordered units) → ``encode`` (Avro) → ``pub
 
 from __future__ import annotations
 
+# The one place the version is written: pyproject.toml reads it (dynamic), `pgbridge --version` prints it.
 __version__ = "0.1.0"

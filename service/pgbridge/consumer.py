@@ -119,4 +119,7 @@ class RegistrySchemaStore:
         return schemaless_reader(io.BytesIO(data[5:]), self._parsed[schema_id], reader)
 
     def close(self) -> None:
-        self._client.close()
+        # The context-manager exit closes the HTTP session on every supported confluent-kafka
+        # release (``close()`` itself only appeared in 2.15).
+        with self._client:
+            pass

@@ -11,4 +11,4 @@ Modules, in data-flow order:
 * ``mirror``  — the mirror job: Parquet copy per table, changelog mode, consistent mode.
 """
 
-__version__ = "0.1.0"
+from pgbridge import __version__ as __version__  # one version for the whole distribution

@@ -24,13 +24,14 @@ loop, which logs it and keeps the walsender connection from timing out meanwhile
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Final
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
-from confluent_kafka.schema_registry.common._httpx_compat import httpx
 
 from pgbridge.config import SchemaRegistryConfig
 from pgbridge.encode.wire import confluent_header, schema_json
@@ -45,6 +46,25 @@ _CLIENT_RETRY_WAIT_MS: Final = 200
 _CLIENT_RETRY_MAX_WAIT_MS: Final = 500
 _TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
 _USERINFO: Final = re.compile(r"(://)[^/@\s]+@")
+# The HTTP library under confluent-kafka's registry client: httpx, or its successor httpx2 that
+# 2.16 prefers when installed. Both are looked up by their public names (never through the client's
+# private modules, which differ between releases), and every one present is handled.
+_HTTP_LIBRARIES: Final = ("httpx2", "httpx")
+
+
+def _http_libraries() -> tuple[ModuleType, ...]:
+    found = []
+    for name in _HTTP_LIBRARIES:
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return tuple(found)
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP libraries' base error (connection refused, DNS, TLS, timeout: nothing answered)."""
+    return tuple(library.HTTPError for library in _http_libraries())
 
 
 def schema_announcer(publisher: KafkaPublisher, prefix: str) -> Callable[[str, str], None]:
@@ -79,7 +99,8 @@ def registry_client(config: SchemaRegistryConfig) -> SchemaRegistryClient:
         conf["ssl.ca.location"] = config.ssl_ca_location
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # httpx logs every request at INFO; registrations are already visible as schema ids.
-        logging.getLogger(httpx.__name__).setLevel(logging.WARNING)
+        for library in _http_libraries():
+            logging.getLogger(library.__name__).setLevel(logging.WARNING)
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError, OSError) as exc:
@@ -87,6 +108,13 @@ def registry_client(config: SchemaRegistryConfig) -> SchemaRegistryClient:
         raise ConfigError(f"schema_registry settings are invalid: {exc}",
                           hint="schema_registry.url is http(s)://host:port, basic_auth_user_info is "
                           "user:password, ssl_ca_location an existing CA file or directory") from None
+
+
+def close_client(client: SchemaRegistryClient) -> None:
+    """Close the client's HTTP session: its context-manager exit, which every supported release has
+    (``close()`` itself only appeared in confluent-kafka 2.15)."""
+    with client:
+        pass
 
 
 def registry_error(exc: Exception, url: str, subject: str | None = None) -> PgbridgeError:
@@ -116,7 +144,7 @@ def registry_error(exc: Exception, url: str, subject: str | None = None) -> Pgbr
             return RegistryUnavailable(f"{where} failed{about}: {reason} (HTTP {status})")
         return FatalError(f"{where} refused the request{about}: {reason} (HTTP {status})",
                           hint="check that schema_registry.url points at a Confluent-compatible Schema Registry")
-    if isinstance(exc, httpx.HTTPError):  # connection refused, DNS, TLS, timeout: nothing was answered
+    if isinstance(exc, _transport_errors()):  # connection refused, DNS, TLS, timeout: nothing was answered
         return RegistryUnavailable(f"{where} is unreachable{about}: {type(exc).__name__}: {exc}")
     if isinstance(exc, ValueError):  # a 2xx answer that is not JSON: something else listens there
         return FatalError(f"{where} answered{about} with something that is not a Schema Registry response",
@@ -163,5 +191,5 @@ class ConfluentRegistrar:
         return confluent_header(int(schema_id))
 
     def close(self) -> None:
-        self._client.close()
+        close_client(self._client)
 

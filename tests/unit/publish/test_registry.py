@@ -42,9 +42,8 @@ def registry() -> Iterator[RegistryDouble]:
 
 @pytest.fixture
 def client(registry: RegistryDouble) -> Iterator[SchemaRegistryClient]:
-    c = SchemaRegistryClient({"url": registry.url, "max.retries": 0})
-    yield c
-    c.close()
+    with SchemaRegistryClient({"url": registry.url, "max.retries": 0}) as c:
+        yield c
 
 
 def _registrar(url: str, **extra: Any) -> ConfluentRegistrar:
