@@ -190,6 +190,8 @@ def main() -> int:
     parser.add_argument("--load-rate", type=float, default=None, metavar="ROWS_PER_S",
                         help="pace the generator (default: as fast as Postgres commits, as in the issue)")
     parser.add_argument("--no-anchors", action="store_true", help="skip pg_recvlogical and the raw producer")
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="Apache Kafka (one KRaft node, jars via Maven) or the in-memory Tansu")
     parser.add_argument("--debezium-defaults", action="store_true",
                         help="Kafka Connect's default producer settings instead of the tuned ones")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "pgbridge-bench",
@@ -216,7 +218,7 @@ def main() -> int:
         prepare = getattr(system, "prepare", None)
         if prepare is not None:
             prepare()
-    with running_services() as services:
+    with running_services(args.broker) as services:
         log(f"PostgreSQL {services.cluster.version} on {services.cluster.port}, Tansu on {services.bootstrap}")
         for workload in chosen:
             for system in systems:

