@@ -31,7 +31,7 @@ import pytest
 
 from pgbridge.consumer import SchemaStore
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
-from tests.support.broker import Broker, broker_kind
+from tests.support.broker import Broker, require_transactions
 from tests.support.kafka import Record, read_topics
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
@@ -45,8 +45,7 @@ ACCOUNTS = 200
 
 @pytest.fixture(autouse=True)
 def _apache_kafka_only() -> None:
-    if broker_kind() != "kafka":
-        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    require_transactions()
 
 
 def _schema(dsn: str) -> None:

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
-from tests.support.broker import Broker, broker_kind
+from tests.support.broker import Broker, require_transactions
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn
@@ -190,8 +190,7 @@ def test_exactly_once_million_row_transaction_split_in_parts_and_killed_midway_a
     rolled-back savepoints keeps one Kafka transaction open long enough to be committed in parts
     (transaction timeout 10 s: a part every 5 s); pgbridge is killed -9 after a part committed and
     restarted; a read_committed consumer sees exactly the survivors once, in order."""
-    if broker_kind() != "kafka":
-        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    require_transactions()
     # given
     with psycopg.connect(streaming_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, who text)")

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
-from tests.support.broker import Broker, broker_kind
+from tests.support.broker import Broker, require_transactions
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import execute, slot_confirmed_flush_lsn
@@ -95,8 +95,8 @@ def _now(dsn: str) -> Any:
 @pytest.mark.parametrize("mode", ["at_least_once", "exactly_once"])
 def test_prepared_transaction_is_published_once_at_its_commit_position_across_a_sigkill(
         streaming_dsn: str, kafka_broker: Broker, topic_prefix: str, mode: str) -> None:
-    if mode == "exactly_once" and broker_kind() != "kafka":
-        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    if mode == "exactly_once":
+        require_transactions()
     dsn, bootstrap = streaming_dsn, kafka_broker.bootstrap
     # given
     _run(dsn, "CREATE TABLE items (id bigint PRIMARY KEY, who text)")

@@ -20,7 +20,7 @@ from pgbridge_spark.mirror import MirrorConfig, MirrorJob
 from tests.spark.mirror_support import assert_mirrored, wait_published
 from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, run_available_now, workload
 from tests.support.bridge import BridgeProcess, bridge_env
-from tests.support.broker import Broker, broker_kind
+from tests.support.broker import Broker, require_transactions
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
@@ -30,8 +30,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration,
 
 def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
         spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
-    if broker_kind() != "kafka":
-        pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
+    require_transactions()
     # given
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)

@@ -84,21 +84,22 @@ def transactional_config(config: KafkaConfig, slot: str) -> dict[str, Any]:
             "delivery.timeout.ms": min(config.delivery_timeout_ms, config.transaction_timeout_ms)}
 
 
-def consumer_config(config: KafkaConfig) -> dict[str, Any]:
-    """A reader's connection settings (security properties included) for internal topics."""
-    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": "pgbridge-reader"}
+def connection_config(config: KafkaConfig, client_id: str) -> dict[str, Any]:
+    """What every non-producing client (admin, readers of internal topics) needs to reach the
+    brokers: the bootstrap servers and the security properties, nothing of the producer's tuning."""
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id}
     for key, value in config.properties.items():
         if key.startswith(("security.", "ssl.", "sasl.")):
             settings[key] = value.get_secret_value()
     return settings
+
+
+def consumer_config(config: KafkaConfig) -> dict[str, Any]:
+    return connection_config(config, "pgbridge-reader")
 
 
 def admin_config(config: KafkaConfig) -> dict[str, Any]:
-    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": "pgbridge-admin"}
-    for key, value in config.properties.items():
-        if key.startswith(("security.", "ssl.", "sasl.")):
-            settings[key] = value.get_secret_value()
-    return settings
+    return connection_config(config, "pgbridge-admin")
 
 
 class KafkaPublisher:

@@ -77,7 +77,7 @@ from confluent_kafka import KafkaError, Producer
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
 from pgbridge.logs import LibrdkafkaLog
-from pgbridge.publish.producer import producer_config
+from pgbridge.publish.producer import consumer_config, producer_config
 from pgbridge.publish.topics import TopicManager, read_compacted, sanitize
 
 log = logging.getLogger(__name__)
@@ -162,11 +162,7 @@ class ProgressStore:
     def load(self) -> dict[str, dict[str, Any]]:
         """Every live record of this slot (latest value per key; tombstones remove the key)."""
         self._topics.ensure(self.topic, compacted=True)
-        settings: dict[str, Any] = {"bootstrap.servers": self._config.bootstrap_servers,
-                                    "group.id": "pgbridge-progress"}
-        for name, secret in self._config.properties.items():
-            if name.startswith(("security.", "ssl.", "sasl.")):
-                settings[name] = secret.get_secret_value()
+        settings = {**consumer_config(self._config), "group.id": "pgbridge-progress"}
         latest = read_compacted(settings, self.topic, timeout_s=LOAD_TIMEOUT_S, key_prefix=f"{self.slot}/")
         return {key: json.loads(value) for key, value in latest.items()}
 
