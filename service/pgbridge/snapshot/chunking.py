@@ -140,19 +140,18 @@ def chunk_copy_query(plan: TablePlan, relation: Relation, chunk: Chunk) -> sql.C
 
 
 def next_rows_copy_query(plan: TablePlan, relation: Relation, after: tuple[str, ...] | None,
-                         limit: int) -> sql.Composed:
-    """Keyset pagination for incremental snapshots: the first ``limit`` rows with key > ``after``,
-    in key order. Key columns are appended after the published columns so the caller can always
-    read the key back, even when a column list leaves a key column out of the publication."""
+                         limit: int, upper: tuple[str, ...] | None = None) -> sql.Composed:
+    """Keyset pagination for incremental snapshots: the first ``limit`` rows with key > ``after``
+    (and ``<= upper`` when given: the table's largest key when the snapshot started), in key order.
+    Key columns are appended after the published columns so the caller can always read the key
+    back, even when a column list leaves a key column out of the publication."""
     assert plan.kind == CHUNK_BY_KEY
     columns = sql.SQL(", ").join([*(sql.Identifier(column.name) for column in relation.columns),
                                   *(sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(f"pgbridge_key_{i}"))
                                     for i, c in enumerate(plan.key_columns))])
-    key = _key_tuple(plan.key_columns)
-    where = sql.SQL("TRUE") if after is None else sql.SQL("{} > {}").format(
-        key, _value_tuple(after, plan.key_types))
+    condition = chunk_condition(plan, Chunk(plan.table, 0, after, upper))
     return sql.SQL("COPY (SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}) TO STDOUT").format(
-        columns, sql.Identifier(plan.schema, plan.name), where,
+        columns, sql.Identifier(plan.schema, plan.name), condition,
         sql.SQL(", ").join(sql.Identifier(c) for c in plan.key_columns), sql.Literal(limit))
 
 
@@ -166,12 +165,28 @@ def _key_types(conn: psycopg.Connection[tuple[object, ...]], rel_id: int,
     return tuple(types[column] for column in columns)
 
 
+def _largest_key(conn: psycopg.Connection[tuple[object, ...]], ident: sql.Identifier,
+                 key_columns: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The largest key in row order (each column descending), as text; ``None`` for an empty table."""
+    key_list = sql.SQL(", ").join(sql.Identifier(c) for c in key_columns)
+    text_list = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in key_columns)
+    order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in key_columns)
+    # Sorted inside, cast outside: in one query ORDER BY "id" would name the text cast (9 > 10).
+    row = conn.execute(sql.SQL("SELECT {} FROM (SELECT {} FROM {} ORDER BY {} LIMIT 1) s").format(
+        text_list, key_list, ident, order)).fetchone()
+    return None if row is None else tuple(str(value) for value in row)
+
+
 def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation, key_columns: tuple[str, ...],
                chunk_rows: int, *, boundaries: bool = True) -> TablePlan:
     """Estimate the table's size and split it into chunks of about ``chunk_rows`` rows.
 
-    With ``boundaries=False`` a keyed table gets a single unbounded chunk (incremental snapshots
-    page through the key instead of planning ranges up front).
+    With ``boundaries=False`` a keyed table gets a single chunk bounded above by its largest key
+    now, or no chunk when it is empty (incremental snapshots page through the key instead of
+    planning ranges up front). The bound is what makes an incremental snapshot end on a table
+    that keeps growing at the top of its key: rows inserted above it after this moment reach
+    Kafka through the stream, so reading them too would only chase the inserts (DBLog does the
+    same).
     """
     table = f"{relation.namespace}.{relation.name}"
     ident = sql.Identifier(relation.namespace, relation.name)
@@ -183,15 +198,17 @@ def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation,
         chunks = ctid_chunks(table, block_count, blocks_per_chunk(chunk_rows, estimate, block_count))
         return TablePlan(relation.namespace, relation.name, CHUNK_BY_CTID, (), (), estimate, chunks)
     types = _key_types(conn, relation.rel_id, key_columns)
-    found: list[tuple[str, ...]] = []
-    if boundaries:
-        key_list = sql.SQL(", ").join(sql.Identifier(c) for c in key_columns)
-        text_list = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in key_columns)
-        # Ordered by the row number, not by the key columns: in the outer query those names are
-        # their text casts, which sort differently (10 < 9).
-        query = sql.SQL("SELECT {} FROM (SELECT {}, row_number() OVER (ORDER BY {}) AS pgbridge_rn FROM {}) s"
-                        " WHERE pgbridge_rn % {} = 0 ORDER BY pgbridge_rn").format(
-            text_list, key_list, key_list, ident, sql.Literal(chunk_rows))
-        found = [tuple(str(value) for value in r) for r in conn.execute(query).fetchall()]
+    if not boundaries:
+        top = _largest_key(conn, ident, key_columns)
+        chunks = () if top is None else (Chunk(table, 0, None, top),)
+        return TablePlan(relation.namespace, relation.name, CHUNK_BY_KEY, key_columns, types, estimate, chunks)
+    key_list = sql.SQL(", ").join(sql.Identifier(c) for c in key_columns)
+    text_list = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in key_columns)
+    # Ordered by the row number, not by the key columns: in the outer query those names are
+    # their text casts, which sort differently (10 < 9).
+    query = sql.SQL("SELECT {} FROM (SELECT {}, row_number() OVER (ORDER BY {}) AS pgbridge_rn FROM {}) s"
+                    " WHERE pgbridge_rn % {} = 0 ORDER BY pgbridge_rn").format(
+        text_list, key_list, key_list, ident, sql.Literal(chunk_rows))
+    found = [tuple(str(value) for value in r) for r in conn.execute(query).fetchall()]
     return TablePlan(relation.namespace, relation.name, CHUNK_BY_KEY, key_columns, types, estimate,
                      key_chunks(table, found))

@@ -21,6 +21,11 @@ row's state when the high watermark is decoded, and is produced right there, bef
 change of the same key. Watermarks carry a random token per chunk, so watermarks of another
 pgbridge, or of an earlier session decoded again after a restart, are ignored.
 
+Why it ends on a table that keeps growing: the table's largest key is read when its snapshot
+starts and no chunk reads past it. A row inserted above that key afterwards was inserted after the
+bridge was already streaming the table, so the stream carries it; reading it as well would only
+chase the inserts.
+
 Keys are compared as the encoded Kafka keys, so text and binary pgoutput values agree and a
 key-changing update drops both its old and new key. Tables need a key (primary key or replica
 identity index) to be snapshotted incrementally; others are skipped with an error log line.
@@ -274,18 +279,19 @@ class IncrementalSnapshotter:
             self.state.after = None
             self._persist(sync=False)
             return
-        self._read_chunk(table, *entry, encode)
+        plan, relation = entry
+        if not plan.chunks:  # empty when planned: everything since comes through the stream
+            self._table_done(table)
+            self._persist(sync=False)
+            return
+        self._read_chunk(table, plan, relation, encode)
 
     def _chunk_done(self, pending: _PendingChunk) -> None:
         table = pending.table
         self._metrics.snapshot_rows.labels(table).inc(pending.emitted)
         self._table_rows[table] = self._table_rows.get(table, 0) + pending.emitted
         if pending.last:
-            self.state.queue.remove(table)
-            self.state.after = None
-            self._plans.pop(table, None)
-            log.info("incremental snapshot of table done", extra={"table": table,
-                                                                  "rows": self._table_rows.pop(table, 0)})
+            self._table_done(table)
         else:
             self.state.after = pending.next_after
         self._persist(sync=False)
@@ -295,6 +301,12 @@ class IncrementalSnapshotter:
             estimate = self._plans[table][0].rows_estimate if table in self._plans else 0
             log.info("incremental snapshot progress", extra={"table": table, "rows": self._table_rows.get(table, 0),
                                                              "rows_estimate": estimate})
+
+    def _table_done(self, table: str) -> None:
+        self.state.queue.remove(table)
+        self.state.after = None
+        self._plans.pop(table, None)
+        log.info("incremental snapshot of table done", extra={"table": table, "rows": self._table_rows.pop(table, 0)})
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
@@ -348,7 +360,7 @@ class IncrementalSnapshotter:
         conn = self._connection()
         token = uuid.uuid4().hex
         after = None if self.state.after is None else tuple(self.state.after)
-        query = next_rows_copy_query(plan, relation, after, self.chunk_rows)
+        query = next_rows_copy_query(plan, relation, after, self.chunk_rows, plan.chunks[0].upper)
         width = len(relation.columns)
         rows: list[tuple[TupleData, list[str]]] = []
         try:

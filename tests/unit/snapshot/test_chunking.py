@@ -68,6 +68,15 @@ def test_copy_queries_select_the_published_columns() -> None:
                      "ROW('5'::bigint, 'y'::text) ORDER BY \"a\", \"b\" LIMIT 100) TO STDOUT")
 
 
+def test_incremental_pages_stop_at_the_largest_key_seen_when_the_snapshot_started() -> None:
+    relation = Relation(xid=None, rel_id=1, namespace="s", name="t", replica_identity="d",
+                        columns=(Column(True, "a", 20, -1), Column(True, "b", 25, -1)))
+    paged = next_rows_copy_query(_plan(), relation, None, 10, ("9", "z")).as_string(None)
+    assert "WHERE ROW(\"a\", \"b\") <= ROW('9'::bigint, 'z'::text) ORDER BY" in paged
+    both = next_rows_copy_query(_plan(), relation, ("5", "y"), 10, ("9", "z")).as_string(None)
+    assert "ROW('5'::bigint, 'y'::text) AND ROW(\"a\", \"b\") <= ROW('9'::bigint, 'z'::text)" in both
+
+
 def test_plans_survive_json() -> None:
     for plan in (_plan(), _plan(CHUNK_BY_CTID)):
         assert TablePlan.from_json(plan.to_json()) == plan
