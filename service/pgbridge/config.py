@@ -289,16 +289,55 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def env_name(path: tuple[str, ...]) -> str:
+    """The environment variable of a setting: ``("postgres", "dsn")`` → ``PGBRIDGE_POSTGRES__DSN``."""
+    return "PGBRIDGE_" + "__".join(part.upper() for part in path)
+
+
+def _required_settings(model: type[BaseModel], path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The required leaf settings under ``path``: a whole missing section stands for the settings
+    in it that have no default (``postgres`` → ``postgres.dsn``), the ones a user has to set."""
+    leaves: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        if not field.is_required():
+            continue
+        inner = field.annotation
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            leaves.extend(_required_settings(inner, (*path, name)))
+        else:
+            leaves.append((*path, name))
+    return leaves
+
+
+def _missing(loc: tuple[str, ...]) -> list[tuple[str, ...]]:
+    model: type[BaseModel] = Settings
+    for part in loc:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return [loc]
+        model = annotation
+    return _required_settings(model, loc) or [loc]
+
+
 def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    path = ".".join(str(part) for part in first["loc"]) or "(root)"
-    kind = first["type"]
-    if kind == "missing":
-        env = "PGBRIDGE_" + "__".join(str(part).upper() for part in first["loc"])
-        return f"missing required setting {path} (set {env} or add it to the config file)"
-    if kind == "extra_forbidden":
-        return f"unknown setting {path} (remove it; see the configuration table in README)"
-    return f"invalid setting {path}: {first['msg']}"
+    """Every problem of the configuration in one line: all missing settings with their variables
+    (a first run with nothing set learns everything it needs at once), then unknown and invalid ones."""
+    missing: list[tuple[str, ...]] = []
+    problems: list[str] = []
+    for item in error.errors():
+        loc = tuple(str(part) for part in item["loc"])
+        path = ".".join(loc) or "(root)"
+        if item["type"] == "missing":
+            missing.extend(leaf for leaf in _missing(loc) if leaf not in missing)
+        elif item["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {path} (remove it; see the configuration table in README)")
+        else:
+            problems.append(f"invalid setting {path}: {item['msg']}")
+    if missing:
+        names = ", ".join(f"{'.'.join(leaf)} ({env_name(leaf)})" for leaf in missing)
+        noun = "setting" if len(missing) == 1 else "settings"
+        problems.insert(0, f"missing required {noun} {names}: set the variables or add them to the config file")
+    return "; ".join(problems)
 
 
 FILE_SUFFIX: Final = "_FILE"
@@ -358,3 +397,27 @@ def load_settings(config_file: str | Path | None = None, environ: dict[str, str]
         if saved is not None:
             os.environ.clear()
             os.environ.update(saved)
+
+
+REDACTED: Final = "**********"
+# librdkafka properties whose values `pgbridge config` prints: everything else may hold a secret.
+_SECRET_PROPERTY_PARTS: Final = ("password", "secret", "jaas", "token", "credential", "pem", "oauthbearer.config",
+                                 "user.info")
+
+
+def effective_settings(settings: Settings) -> dict[str, Any]:
+    """The settings in force as plain data for ``pgbridge config``, with every secret redacted:
+    the DSN keeps host, port, user and database but not its password, a registry URL loses its
+    user info, and secret-looking librdkafka properties and ``SecretStr`` values become
+    ``**********``."""
+    from pgbridge.logs import redact
+
+    data = settings.model_dump(mode="json", by_alias=True)
+    data["postgres"]["dsn"] = redact(settings.postgres.dsn.get_secret_value())
+    data["kafka"]["properties"] = {
+        key: REDACTED if any(part in key.lower() for part in _SECRET_PROPERTY_PARTS) else value.get_secret_value()
+        for key, value in settings.kafka.properties.items()}
+    url = settings.schema_registry.url
+    if url is not None:
+        data["schema_registry"]["url"] = redact(url)
+    return data

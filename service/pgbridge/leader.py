@@ -30,7 +30,7 @@ import psycopg
 
 from pgbridge.errors import SourceUnavailable, TransientError
 from pgbridge.metrics import Metrics
-from pgbridge.source.connection import build_conninfo, safe_target
+from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,9 @@ class LeaderLease:
             if conn.info.server_version >= 140000:
                 conn.execute(f"SET idle_session_timeout = {int(self._lease_s * 1000)}")
         except psycopg.OperationalError as exc:
-            raise SourceUnavailable(f"cannot connect to Postgres at {safe_target(self._dsn)}: "
-                                    f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}") from None
+            failure = connect_failure(safe_target(self._dsn), str(exc), hint="check postgres.dsn")
+            # The leader lock is retried whatever the reason; the pipeline's own connections classify it.
+            raise SourceUnavailable(str(failure)) from None
         return conn
 
     def _try_once(self) -> bool:

@@ -135,10 +135,11 @@ def high_watermark(consumer: Consumer, partition: TopicPartition, deadline: floa
 
 
 def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
-                   key_prefix: str = "") -> dict[str, bytes]:
+                   key_prefix: str = "", timestamps: dict[str, int] | None = None) -> dict[str, bytes]:
     """The latest value of every key of partition 0 of ``topic`` (a tombstone removes its key),
     read ``read_committed`` from the beginning to the end; keys not starting with ``key_prefix``
-    are skipped. ``BrokerUnavailable`` if the end is not reached within ``timeout_s``."""
+    are skipped. ``BrokerUnavailable`` if the end is not reached within ``timeout_s``. Given
+    ``timestamps``, it receives each live key's record timestamp (ms since the epoch)."""
     consumer = Consumer({**settings, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "isolation.level": "read_committed",
                          # as the producer's: a broker back from an outage is reconnected within a second
@@ -172,6 +173,8 @@ def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
                 latest.pop(key, None)
             else:
                 latest[key] = value if isinstance(value, bytes) else value.encode()
+                if timestamps is not None:
+                    timestamps[key] = int(message.timestamp()[1])
     except BrokerUnavailable:
         raise
     except Exception as exc:

@@ -44,6 +44,27 @@ def safe_target(dsn: str) -> str:
     return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
 
 
+# libpq's reasons that no reconnect will fix (it gives no SQLSTATE before the session exists, so
+# this is the one place its text is read).
+_FATAL_CONNECT_REASONS: Final = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
+                                 "authentication failed")
+
+
+def connect_failure(target: str, message: str, *, hint: str) -> FatalError | SourceUnavailable:
+    """A failed connection as an error that keeps libpq's whole reason on one line.
+
+    libpq writes one line per host it tried (``connection to server at "db", port 5432 failed:
+    Connection refused``) and a hint on the next; the reason is in the first, so keeping only the
+    last line (the hint) told the operator nothing. Credentials, ``pg_hba.conf`` and a missing
+    database or role are ``FatalError`` (``hint`` says what to fix); anything else is transient.
+    """
+    reason = " ".join(line.strip() for line in message.strip().splitlines() if line.strip())
+    text = f"cannot connect to Postgres at {target}: {reason or 'connection failed'}"
+    if any(fatal in reason for fatal in _FATAL_CONNECT_REASONS):
+        return FatalError(text, hint=hint)
+    return SourceUnavailable(text)
+
+
 def build_conninfo(dsn: str, *, replication: bool, connect_timeout_s: float) -> str:
     try:
         kwargs: dict[str, str | int] = {
@@ -110,14 +131,11 @@ class ReplicationConnection:
     def connect(self) -> None:
         pgconn = pq.PGconn.connect(self._conninfo.encode())
         if pgconn.status != pq.ConnStatus.OK:
-            message = pgconn.error_message.decode(errors="replace").strip()
+            message = pgconn.error_message.decode(errors="replace")
             pgconn.finish()
-            if "password authentication failed" in message or "no pg_hba.conf entry" in message:
-                # libpq gives no SQLSTATE before the session exists; this is the one place text is read
-                raise FatalError(f"cannot connect to Postgres at {self._target}: {message}",
-                                 hint="check the credentials in postgres.dsn and that pg_hba.conf "
-                                 "allows replication connections for this role")
-            raise SourceUnavailable(f"cannot connect to Postgres at {self._target}: {message}")
+            raise connect_failure(self._target, message,
+                                  hint="check the credentials in postgres.dsn and that pg_hba.conf "
+                                  "allows replication connections for this role")
         self._pgconn = pgconn
 
     @property

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+from typing import Final
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
 
 from pgbridge.decode.messages import Column, Relation
-from pgbridge.errors import ConfigError, FatalError, SlotError, SourceUnavailable
+from pgbridge.errors import ConfigError, FatalError, SlotError
 from pgbridge.lsn import Lsn, parse_lsn
-from pgbridge.source.connection import build_conninfo, safe_target
+from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
 
 log = logging.getLogger(__name__)
 
@@ -22,11 +24,8 @@ def connect_sql(dsn: str, *, connect_timeout_s: float = 10.0) -> psycopg.Connect
     try:
         return psycopg.connect(conninfo, autocommit=True)
     except psycopg.OperationalError as exc:
-        message = str(exc).strip().splitlines()[-1] if str(exc).strip() else "connection failed"
-        if "password authentication failed" in message or "does not exist" in message:
-            raise FatalError(f"cannot connect to Postgres at {safe_target(dsn)}: {message}",
-                             hint="check user, password and database name in postgres.dsn") from None
-        raise SourceUnavailable(f"cannot connect to Postgres at {safe_target(dsn)}: {message}") from None
+        raise connect_failure(safe_target(dsn), str(exc),
+                              hint="check user, password and database name in postgres.dsn") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +72,32 @@ def validate_slot(info: SlotInfo, *, database: str) -> None:
                         hint="changes were lost; run `pgbridge slot drop` and restart with snapshot.mode=initial")
 
 
-def drop_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> bool:
-    try:
-        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    except pgerrors.UndefinedObject:
-        return False
-    except pgerrors.ObjectInUse as exc:
-        raise SlotError(f"replication slot {slot} is in use by another process",
-                        hint="stop the running pgbridge first") from exc
-    return True
+# While waiting for an active slot to be released, try the drop again this often.
+DROP_RETRY_S: Final = 0.2
+
+
+def drop_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str, *, wait_s: float = 0.0) -> bool:
+    """Drop ``slot``; ``False`` if it did not exist. A slot in use is waited for up to ``wait_s``
+    (a stopped pgbridge's walsender can outlive it by seconds), then ``SlotError`` names its user."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        except pgerrors.UndefinedObject:
+            return False
+        except pgerrors.ObjectInUse as exc:
+            if time.monotonic() < deadline:
+                time.sleep(DROP_RETRY_S)
+                continue
+            holder = conn.execute(
+                "SELECT s.active_pid, a.client_addr::text, a.application_name FROM pg_replication_slots s"
+                " LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = %s", (slot,)).fetchone()
+            who = (f" by pid {holder[0]} ({holder[2] or 'unknown application'} from {holder[1] or 'local socket'})"
+                   if holder is not None and holder[0] is not None else "")
+            waited = f" after waiting {wait_s:.0f}s" if wait_s > 0 else ""
+            raise SlotError(f"replication slot {slot} is still in use{who}{waited}",
+                            hint="stop the pgbridge that streams it first (scale it to 0), then drop") from exc
+        return True
 
 
 def copy_slot(conn: psycopg.Connection[tuple[object, ...]], source: str, target: str) -> None:
