@@ -72,7 +72,7 @@ def test_the_wheel_metadata_says_version_license_urls_and_no_development_extra(d
 def test_the_sdist_installs_on_a_fresh_venv_and_the_cli_runs(dist: Dist, tmp_path: Path) -> None:
     venv = fresh_venv(tmp_path / "venv")
     venv.pip("install", "-c", str(CONSTRAINTS), str(dist.sdist))
-    assert "Postgres logical replication to Kafka" in _cli(venv, "--help")
+    assert "Postgres logical replication (pgoutput) to Kafka" in _cli(venv, "--help")
     assert _cli(venv, "--version").strip() == f"pgbridge {pgbridge.__version__}"
     assert venv.version_of("pgbridge") == pgbridge.__version__
     status = run([str(venv.python), "-c", NATIVE_STATUS], env=clean_env()).stdout.strip()
@@ -90,6 +90,6 @@ def test_without_a_working_c_compiler_the_install_warns_and_runs_the_python_code
     assert "pure-Python code" in output
     status = run([str(venv.python), "-c", NATIVE_STATUS], env=clean_env()).stdout.strip()
     assert status == "[False, False]"
-    assert "Postgres logical replication to Kafka" in _cli(venv, "--help")
+    assert "Postgres logical replication (pgoutput) to Kafka" in _cli(venv, "--help")
     # The whole row path imports without the kernels (the unit suite runs the Python code both ways).
     run([str(venv.python), "-c", "import pgbridge.pipeline, pgbridge.check, pgbridge.cli"], env=clean_env())
