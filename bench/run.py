@@ -219,7 +219,7 @@ def main() -> int:
         if prepare is not None:
             prepare()
     with running_services(args.broker) as services:
-        log(f"PostgreSQL {services.cluster.version} on {services.cluster.port}, Tansu on {services.bootstrap}")
+        log(f"PostgreSQL {services.cluster.version} on {services.cluster.port}, {'Apache Kafka' if args.broker == 'kafka' else 'Tansu'} on {services.bootstrap}")
         for workload in chosen:
             for system in systems:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"

@@ -45,8 +45,8 @@ from pgbridge.assemble.units import (
 from pgbridge.config import Settings, ToastConfig, TypesConfig
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
+from pgbridge.encode import NumericPolicy
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord, ToastPolicy
-from pgbridge.encode.typemap import NumericPolicy
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
     BrokerUnavailable,

@@ -9,7 +9,7 @@ through ``SchemaRegistrar``). Nothing here does I/O except through the registrar
 from __future__ import annotations
 
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, OutRecord, default_key_columns
-from pgbridge.encode.typemap import EncodeError
+from pgbridge.encode.typemap import EncodeError, NumericPolicy
 from pgbridge.encode.wire import (
     SchemaRegistrar,
     SingleObjectRegistrar,
@@ -24,6 +24,7 @@ __all__ = [
     "EncodeError",
     "EventContext",
     "KeyResolver",
+    "NumericPolicy",
     "OutRecord",
     "SchemaRegistrar",
     "SingleObjectRegistrar",
