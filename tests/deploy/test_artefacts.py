@@ -13,7 +13,8 @@ Every check here uses a real tool, and a missing tool is a failure, never a skip
 - ``kubernetes-validate`` checks every rendered manifest, strictly (unknown fields are errors),
   against the OpenAPI schemas it ships for the oldest Kubernetes the chart supports and the newest it
   knows. ServiceMonitor is a Prometheus Operator CRD those schemas do not include: it is validated
-  against ``SERVICEMONITOR_SCHEMA`` below, the subset of the CRD's schema the chart uses.
+  against ``SERVICEMONITOR_SCHEMA`` below, the subset of the CRD's schema the chart uses, and
+  PrometheusRule against ``tests/deploy/crds.py``.
 - pgbridge's own configuration loader (``pgbridge.config.load_settings``) reads the configuration
   that compose, the chart and the example file produce, so a misspelt key fails here, not in a pod.
 """
@@ -34,13 +35,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.crds import PROMETHEUSRULE_SCHEMA
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_SPEC = REPO_ROOT / "tests" / "deploy" / "schemas" / "compose-spec.json"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 PROMETHEUS_CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
-DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "pgbridge-dashboard.json"
 EXAMPLE_CONFIG = REPO_ROOT / "deploy" / "pgbridge.example.yaml"
 CHART_DIR = REPO_ROOT / "helm" / "pgbridge"
 CHART_CI_VALUES = sorted((CHART_DIR / "ci").glob("*.yaml"))
@@ -52,37 +54,6 @@ NAMESPACE = "cdc"
 OLDEST_KUBERNETES = "1.28.0"
 HTTP_PORT = 8080
 SPILL_DIR = "/var/lib/pgbridge/spill"
-
-# Metric names of the operations contract. A histogram is only ever queried through its series.
-CONTRACT_METRICS = frozenset({
-    "pgbridge_events_total",
-    "pgbridge_transactions_total",
-    "pgbridge_confirmed_flush_lsn",
-    "pgbridge_received_lsn",
-    "pgbridge_server_wal_lsn",
-    "pgbridge_replication_lag_bytes",
-    "pgbridge_buffered_bytes",
-    "pgbridge_spilled_bytes_total",
-    "pgbridge_kafka_delivery_errors_total",
-    "pgbridge_kafka_queue_depth",
-    "pgbridge_reconnects_total",
-    "pgbridge_slot_retained_wal_bytes",
-    "pgbridge_slot_safe_wal_size_bytes",
-})
-CONTRACT_HISTOGRAMS = frozenset({"pgbridge_commit_to_ack_seconds"})
-QUERYABLE_METRICS = CONTRACT_METRICS | {
-    name + suffix for name in CONTRACT_HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
-}
-
-PROMQL_FUNCTIONS = frozenset({
-    "abs", "absent", "absent_over_time", "avg", "avg_over_time", "bottomk", "ceil", "changes",
-    "clamp", "clamp_max", "clamp_min", "count", "count_over_time", "count_values", "delta", "deriv",
-    "floor", "group", "histogram_quantile", "idelta", "increase", "irate", "label_join",
-    "label_replace", "last_over_time", "max", "max_over_time", "min", "min_over_time",
-    "predict_linear", "quantile", "quantile_over_time", "rate", "resets", "round", "scalar", "sort",
-    "sort_desc", "stddev", "stdvar", "sum", "sum_over_time", "time", "timestamp", "topk", "vector",
-})
-PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset"})
 
 # The part of the Prometheus Operator's ServiceMonitor CRD (monitoring.coreos.com/v1) the chart
 # emits, with the CRD's own types and duration pattern. kubernetes-validate ships no CRD schemas.
@@ -622,8 +593,10 @@ def test_chart_renders_manifests_valid_for_kubernetes(values_file: Path | None) 
     problems = []
     for document in documents:
         name = f"{document['kind']}/{document['metadata']['name']}"
-        if document["kind"] == "ServiceMonitor":
-            for error in jsonschema.Draft7Validator(SERVICEMONITOR_SCHEMA).iter_errors(document):
+        crd_schema = {"ServiceMonitor": SERVICEMONITOR_SCHEMA,
+                      "PrometheusRule": PROMETHEUSRULE_SCHEMA}.get(document["kind"])
+        if crd_schema is not None:
+            for error in jsonschema.Draft7Validator(crd_schema).iter_errors(document):
                 problems.append(f"{name}: {'/'.join(map(str, error.absolute_path))}: {error.message}")
             continue
         for version in versions:
@@ -758,84 +731,6 @@ def test_chart_servicemonitor_is_opt_in_and_targets_the_service() -> None:
 # Grafana
 
 
-def _promql_metric_names(expr: str) -> set[str]:
-    """Metric names an expression selects; fails on a function PromQL does not have."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    text = re.sub(r"\{[^}]*\}", " ", text)
-    text = re.sub(r"\[[^\]]*\]", " ", text)
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
-    text = re.sub(r"\$\{?\w+\}?", " ", text)
-    names = set()
-    for match in re.finditer(r"(?<![\w.])([A-Za-z_:][\w:]*)\s*(\()?", text):
-        identifier, call = match.group(1), match.group(2)
-        if call:
-            assert identifier in PROMQL_FUNCTIONS, f"unknown PromQL function {identifier} in {expr!r}"
-        elif identifier not in PROMQL_KEYWORDS:
-            names.add(identifier)
-    return names
-
-
-def _dashboard() -> dict[str, Any]:
-    try:
-        data = json.loads(DASHBOARD.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        pytest.fail(f"{DASHBOARD.relative_to(REPO_ROOT)} is not valid JSON: {exc}")
-    assert isinstance(data, dict)
-    return data
-
-
-def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for panel in dashboard["panels"]:
-        yield panel
-        yield from panel.get("panels", [])
-
-
-def _dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
-    queries = [target["expr"] for panel in _panels(dashboard) for target in panel.get("targets", [])]
-    for variable in dashboard.get("templating", {}).get("list", []):
-        if variable.get("type") != "query":
-            continue
-        query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
-        match = re.fullmatch(r"label_values\((?:(.+),\s*)?(\w+)\)", query.strip())
-        assert match, f"unexpected template query {query!r}"
-        if match.group(1):
-            queries.append(match.group(1))
-    return queries
-
-
-def test_grafana_dashboard_queries_only_contract_metrics() -> None:
-    dashboard = _dashboard()
-    used: set[str] = set()
-    for expr in _dashboard_queries(dashboard):
-        names = _promql_metric_names(expr)
-        assert names, f"{expr!r} selects no metric"
-        unknown = names - QUERYABLE_METRICS
-        assert not unknown, f"{expr!r} uses {sorted(unknown)}, not pgbridge metrics of the contract"
-        used |= names
-    for metric in CONTRACT_METRICS:
-        assert metric in used, f"no panel shows {metric}"
-    assert "pgbridge_commit_to_ack_seconds_bucket" in used
-
-
-def test_grafana_dashboard_has_the_operational_panels() -> None:
-    dashboard = _dashboard()
-    exprs = [target["expr"] for panel in _panels(dashboard) for target in panel.get("targets", [])]
-    joined = "\n".join(exprs)
-    for quantile in ("0.5", "0.99"):
-        assert re.search(rf"histogram_quantile\({quantile},[^\n]*pgbridge_commit_to_ack_seconds_bucket", joined), (
-            f"no p{quantile[2:] or 50} commit-to-ack panel"
-        )
-    assert re.search(r"rate\(pgbridge_events_total[^\n]*\)", joined)
-    assert re.search(r"sum by \(table, op\)", joined), "throughput should be broken down by table and op"
-    panel_ids = [panel["id"] for panel in _panels(dashboard)]
-    assert len(panel_ids) == len(set(panel_ids)), "panel ids must be unique"
-    for panel in _panels(dashboard):
-        assert {"h", "w", "x", "y"} <= panel["gridPos"].keys()
-        if panel["type"] != "row":
-            assert panel["datasource"]["uid"] == "${datasource}"
-    assert dashboard["uid"] == "pgbridge"
-
-
 def test_grafana_provisioning_points_at_the_mounted_dashboard() -> None:
     grafana = _compose()["services"]["grafana"]
     mounts = dict(str(volume).split(":")[:2] for volume in grafana["volumes"])
@@ -845,17 +740,6 @@ def test_grafana_provisioning_points_at_the_mounted_dashboard() -> None:
     assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
     datasources = yaml.safe_load((provider_dir / "datasources" / "prometheus.yml").read_text(encoding="utf-8"))
     assert datasources["datasources"][0]["url"] == "http://prometheus:9090"
-
-
-def test_promql_metric_name_extraction() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le) (rate(pgbridge_commit_to_ack_seconds_bucket'
-            '{job=~"$job", instance=~"a.b"}[$__rate_interval])))')
-    assert _promql_metric_names(expr) == {"pgbridge_commit_to_ack_seconds_bucket"}
-    assert _promql_metric_names("pgbridge_received_lsn - pgbridge_confirmed_flush_lsn offset 5m") == {
-        "pgbridge_received_lsn", "pgbridge_confirmed_flush_lsn"}
-    with pytest.raises(AssertionError, match="unknown PromQL function"):
-        _promql_metric_names("no_such_function(pgbridge_received_lsn)")
-    assert _promql_metric_names("up == 1") == {"up"}
 
 
 # ----------------------------------------------------------------------------------------------
