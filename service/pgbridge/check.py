@@ -8,7 +8,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.config import Settings
-from pgbridge.encode.typemap import codec_for
+from pgbridge.encode.types import codec_for
 from pgbridge.errors import PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config

@@ -1,15 +1,16 @@
 """Pure encoding: assembled changes → Avro keys and values framed for Kafka, per the contract.
 
-``typemap`` maps Postgres types to Avro, ``schemas`` builds writer schemas from ``schemas/*.avsc``
-and each Relation, ``envelope`` writes the records (``ChangeEncoder``), ``wire`` holds the Avro
-binary primitives, fingerprints and the framing (single-object now, a Schema Registry later
-through ``SchemaRegistrar``). Nothing here does I/O except through the registrar it is given.
+``types`` maps Postgres types to Avro (one module per type family), ``naming`` makes Avro names
+of Postgres names, ``schemas`` builds writer schemas from ``schemas/*.avsc`` and each Relation,
+``envelope`` writes the records (``ChangeEncoder``), ``wire`` holds the Avro binary primitives,
+fingerprints and the framing (single-object now, a Schema Registry later through
+``SchemaRegistrar``). Nothing here does I/O except through the registrar it is given.
 """
 
 from __future__ import annotations
 
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, OutRecord, default_key_columns
-from pgbridge.encode.typemap import EncodeError, NumericPolicy
+from pgbridge.encode.types import EncodeError, NumericPolicy
 from pgbridge.encode.wire import (
     SchemaRegistrar,
     SingleObjectRegistrar,

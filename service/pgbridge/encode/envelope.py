@@ -46,30 +46,7 @@ from pgbridge.decode.messages import (
 )
 from pgbridge.encode import schemas
 from pgbridge.encode.schemas import Schema
-from pgbridge.encode.typemap import (
-    EncodeError,
-    NumericPolicy,
-    TypeCatalog,
-    TypeCodec,
-    TypeNames,
-    _bool_text_to_avro,
-    _date_from_binary,
-    _float4_binary,
-    _float8_binary,
-    _float_from_text,
-    _int2_binary,
-    _int4_binary,
-    _int8_binary,
-    _long_text_to_avro,
-    _oid_binary,
-    _ts_binary,
-    _tstz_binary,
-    date_from_text,
-    string_raw_to_avro,
-    text_from_utf8,
-    timestamp_from_text,
-    timestamptz_from_text,
-)
+from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames
 from pgbridge.encode.wire import (
     EMPTY_ARRAY,
     FALSE,
@@ -78,7 +55,6 @@ from pgbridge.encode.wire import (
     VALUE_BRANCH,
     SchemaRegistrar,
     fingerprint64,
-    write_decimal_bytes,
     write_long,
     write_string,
     write_string_array,
@@ -208,49 +184,25 @@ _KEY_HINT: Final = ("the replica identity must include the Kafka key columns: AL
                     "USING INDEX <primary key index> (or DEFAULT with a primary key, or FULL)")
 
 
-# The compiled kernel's conversions, keyed by the codec converter each one replaces. Matching by
-# identity means a codec whose converters change simply stops matching and goes through its Python
-# field encoder ("fallback"), never through a conversion written for something else.
-_TEXT_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
-    string_raw_to_avro: "string", _long_text_to_avro: "long", _bool_text_to_avro: "bool"}  # codec.text_to_avro
-_COMPANION_TEXT_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {  # codec.from_text; write the companion's null
-    timestamptz_from_text: "timestamptz", timestamp_from_text: "timestamp", date_from_text: "date"}
-_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {  # codec.from_binary
-    _int2_binary: "binary_int2", _int4_binary: "binary_int4", _int8_binary: "binary_int8",
-    _oid_binary: "binary_oid", _float4_binary: "binary_float4", _float8_binary: "binary_float8"}
-_COMPANION_BINARY_CODES: Final[Mapping[Callable[[bytes], Any], str]] = {
-    _tstz_binary: "binary_timestamp", _ts_binary: "binary_timestamp", _date_from_binary: "binary_date"}
-
-
 def native_code(codec: TypeCodec) -> tuple[str, int]:
-    """The compiled kernel's conversion for ``codec``'s text values, and the decimal scale."""
-    if codec.companion:
+    """The compiled kernel's conversion for ``codec``'s text values, and the decimal scale.
+
+    Read from the codec's declaration (``TypeCodec.kernel``): a codec declares a conversion only
+    where it is built, next to the converters that conversion replaces, so a codec with other
+    converters goes through its Python field encoder ("fallback"), never through a conversion
+    written for something else."""
+    if codec.kernel is None:
+        return "fallback", 0
+    if codec.kernel == "decimal":
         avro = codec.avro
-        if (codec.write is write_decimal_bytes and isinstance(avro, dict) and avro.get("logicalType") == "decimal"
-                and "pg_precision" in codec.attributes and 0 <= avro.get("scale", -1) <= 18):
-            # numeric(p,s) only: Postgres guarantees its values fit, so the kernel checks no precision
-            return "decimal", int(avro["scale"])
-        return _COMPANION_TEXT_CODES.get(codec.from_text, "fallback"), 0
-    if codec.from_text is _float_from_text and codec.avro in ("double", "float"):
-        return str(codec.avro), 0
-    body = codec.text_to_avro
-    return (_TEXT_CODES.get(body, "fallback") if body is not None else "fallback"), 0
+        assert isinstance(avro, dict), "a decimal codec's Avro type is a bytes/decimal fragment"
+        return "decimal", int(avro["scale"])
+    return codec.kernel, 0
 
 
 def native_binary_code(codec: TypeCodec) -> str:
     """The compiled kernel's conversion for ``codec``'s binary (send format) values."""
-    convert = codec.from_binary
-    if convert is None:
-        return "fallback"
-    if codec.companion:
-        if native_code(codec)[0] == "decimal":
-            return "binary_decimal"
-        return _COMPANION_BINARY_CODES.get(convert, "fallback")
-    if convert is text_from_utf8 and codec.text_to_avro is string_raw_to_avro:
-        return "binary_string"
-    if codec.text_to_avro is _bool_text_to_avro:  # (its binary converter is an anonymous lambda)
-        return "binary_bool"
-    return _BINARY_CODES.get(convert, "fallback")
+    return codec.kernel_binary or "fallback"
 
 
 class _NativePlan(NamedTuple):
@@ -433,7 +385,7 @@ class ChangeEncoder:
     ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
     it is asked once per (subject, schema), when a Relation version is first used, so in
     registry-less mode the schema is durable in ``_schemas`` before the first record using it.
-    ``numeric`` maps ``numeric`` without precision to a decimal (``typemap.NumericPolicy``) instead
+    ``numeric`` maps ``numeric`` without precision to a decimal (``types.NumericPolicy``) instead
     of its exact string. ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
     tests compare the two).
     """

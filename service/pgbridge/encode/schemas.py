@@ -25,16 +25,8 @@ from importlib import resources
 from typing import Any, Final
 
 from pgbridge.decode.messages import Column, Relation
-from pgbridge.encode.typemap import (
-    NumericPolicy,
-    TypeCatalog,
-    TypeCodec,
-    TypeNames,
-    avro_name,
-    codec_for,
-    define_named_types_once,
-    distinct_avro_names,
-)
+from pgbridge.encode.naming import avro_name, define_named_types_once, distinct_avro_names
+from pgbridge.encode.types import NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.encode.wire import PRIMITIVES
 from pgbridge.errors import SchemaError
 

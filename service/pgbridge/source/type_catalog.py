@@ -12,10 +12,38 @@ old attributes for as long as the process lives.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import psycopg
 
-from pgbridge.encode.typemap import CompositeAttribute, PgTypeInfo
 from pgbridge.errors import SourceUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class PgTypeInfo:
+    """What ``pg_type`` says about a type outside the encoder's builtin table."""
+
+    oid: int
+    namespace: str
+    name: str
+    kind: str  # typtype: b base, c composite, d domain, e enum, p pseudo, r range, m multirange
+    category: str  # typcategory: A for arrays
+    base_oid: int  # typbasetype of a domain
+    base_typmod: int  # typtypmod of a domain
+    element_oid: int  # typelem of an array
+    delimiter: str  # typdelim
+    send: str  # prosrc of typsend: the C function, which is what tells the binary format
+    attributes: tuple[CompositeAttribute, ...] = ()  # a composite's live attributes, in attnum order
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeAttribute:
+    """One attribute of a composite type (``pg_attribute`` of its ``typrelid``, dropped ones left out)."""
+
+    name: str
+    type_oid: int
+    type_modifier: int
+
 
 _QUERY = (
     "SELECT t.oid, n.nspname, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typtypmod, t.typelem,"

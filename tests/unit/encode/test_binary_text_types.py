@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.encode.typemap import BUILTIN_TYPES, EncodeError, codec_for, float4_text, float8_text
-from tests.unit.encode.test_typemap import field
+from pgbridge.encode.types import BUILTIN_TYPES, EncodeError, codec_for, float4_text, float8_text
+from tests.unit.encode.test_type_codecs import field
 
 INET, CIDR, MACADDR, MACADDR8, BIT, VARBIT = 869, 650, 829, 774, 1560, 1562
 POINT, LSEG, PATH, BOX, POLYGON, LINE, CIRCLE = 600, 601, 602, 603, 604, 628, 718

@@ -15,15 +15,8 @@ from typing import NamedTuple
 import pytest
 
 from pgbridge.encode.envelope import native_binary_code, native_code
-from pgbridge.encode.typemap import (
-    ARRAY_ELEMENTS,
-    BUILTIN_TYPES,
-    CompositeAttribute,
-    NumericPolicy,
-    PgTypeInfo,
-    TypeCodec,
-    codec_for,
-)
+from pgbridge.encode.types import ARRAY_ELEMENTS, BUILTIN_TYPES, NumericPolicy, TypeCodec, codec_for
+from pgbridge.source.type_catalog import CompositeAttribute, PgTypeInfo
 
 NUMERIC, VARCHAR, BPCHAR, INT4, TEXT = 1700, 1043, 1042, 23, 25
 DOMAIN_BASE = 900_000  # domain over builtin ``oid`` has OID DOMAIN_BASE + oid

@@ -272,7 +272,7 @@ def test_binary_rows_are_encoded_alike(row: TupleData, old: TupleData) -> None:
 def test_the_send_layout_helper_matches_postgres_text(text: bytes) -> None:
     from decimal import Decimal
 
-    from pgbridge.encode.typemap import numeric_text_from_binary
+    from pgbridge.encode.types import numeric_text_from_binary
     assert Decimal(numeric_text_from_binary(numeric_send_of(text))) == Decimal(text.decode())
 
 

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from pgbridge.config import ConfigError, load_settings
 from pgbridge.encode import EncodeError
-from pgbridge.encode.typemap import NumericPolicy, PgTypeInfo, codec_for
-from tests.unit.encode.test_typemap import field
+from pgbridge.encode.types import NumericPolicy, codec_for
+from pgbridge.source.type_catalog import PgTypeInfo
+from tests.unit.encode.test_type_codecs import field
 
 NUMERIC, NUMERIC_ARRAY = 1700, 1231
 POLICY = NumericPolicy(precision=12, scale=3)

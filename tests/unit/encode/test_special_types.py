@@ -15,10 +15,11 @@ from pgbridge.decode.messages import TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar
 from pgbridge.encode.envelope import TOAST_CACHE, ToastPolicy
 from pgbridge.encode.schemas import resolution_problem
-from pgbridge.encode.typemap import PgTypeInfo, codec_for, interval_from_text, parse_range_literal
+from pgbridge.encode.types import codec_for, interval_from_text, parse_range_literal
 from pgbridge.lsn import Lsn
+from pgbridge.source.type_catalog import PgTypeInfo
 from tests.unit.encode.avro_helpers import SchemaLog, relation
-from tests.unit.encode.test_typemap import field
+from tests.unit.encode.test_type_codecs import field
 
 INT4RANGE, TSRANGE, NUMRANGE, INT4MULTIRANGE, INTERVAL, INT4 = 3904, 3908, 3906, 4451, 1186, 23
 

@@ -18,7 +18,7 @@ from fastavro import parse_schema, schemaless_reader
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.encode.typemap import (
+from pgbridge.encode.types import (
     EncodeError,
     TypeCodec,
     civil_to_unix_days,
@@ -319,7 +319,7 @@ def test_timestamptz_text_parses_to_the_instant_in_every_offset(moment: datetime
     expected = (aware - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
     assert timestamptz_from_text(text) == expected
     # The general parser (used for BC and years past 9999) agrees with the fast one.
-    from pgbridge.encode.typemap import _timestamp_micros
+    from pgbridge.encode.types.datetime import _timestamp_micros
     assert _timestamp_micros(text, True) == expected
 
 

@@ -11,16 +11,10 @@ from fastavro import parse_schema, schemaless_reader
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.encode.typemap import (
-    CompositeAttribute,
-    PgTypeInfo,
-    codec_for,
-    parse_record_literal,
-    quote_record_field,
-    record_literal,
-)
+from pgbridge.encode.types import codec_for, parse_record_literal, quote_record_field, record_literal
+from pgbridge.source.type_catalog import CompositeAttribute, PgTypeInfo
 from tests.unit.encode.avro_helpers import relation
-from tests.unit.encode.test_typemap import field
+from tests.unit.encode.test_type_codecs import field
 
 INT4, TEXT, DATE, NUMERIC = 23, 25, 1082, 1700
 INNER, OUTER, INNER_ARRAY, EMPTY = 16600, 16601, 16602, 16603
