@@ -22,10 +22,11 @@ import io
 import json
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_reader
+from pyspark.sql import DataFrame
 from pyspark.sql.types import (
     ArrayType,
     DataType,
@@ -191,7 +192,7 @@ def _base_converter(schema: AvroSchema) -> Convert:
         as_text = avro_to_spark(inner)[0] == StringType()
 
         def decimal(raw: bytes) -> Any:
-            value = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+            value = Decimal(f"{int.from_bytes(raw, 'big', signed=True)}e{-scale}")  # exact: no context
             return str(value) if as_text else value
         return decimal
     if kind == "long" and logical in ("timestamp-millis", "local-timestamp-millis"):
@@ -215,6 +216,10 @@ def _to_text(value: Any) -> str:
         return "true" if value else "false"
     return str(value)
 
+
+# Arithmetic context of decimal rescaling: Python's default (28 digits) would round Spark's 38-digit
+# decimals; 200 digits hold any decimal a Spark type can, and anything wider fails (→ null) exactly.
+_WIDE: Final = Context(prec=200)
 
 _WIDENINGS: Final = {(IntegerType(), LongType()), (FloatType(), DoubleType()), (IntegerType(), DoubleType()),
                      (LongType(), DoubleType()), (IntegerType(), FloatType())}
@@ -249,7 +254,7 @@ def conformer(writer: AvroSchema, target: DataType) -> Convert:
         def rescale(raw: Any) -> Decimal | None:
             try:
                 value = Decimal(base(raw))
-                exact = value.quantize(quantum)
+                exact = value.quantize(quantum, context=_WIDE)
             except (InvalidOperation, ValueError):
                 return None
             return exact if exact == value and abs(exact) < limit else None
@@ -333,3 +338,35 @@ def decode_boundaries(texts: Mapping[str, str], values: Iterable[bytes]) -> Iter
     decoder = Decoder(texts)
     for value in values:
         yield decoder.decode(value)[2]
+
+
+# --- the Python decoder on a DataFrame -------------------------------------------------------------
+
+
+def _arrow_decoder(texts: Mapping[str, str], row_type: StructType, key_type: StructType | None,
+                   out_type: StructType, timezone: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function: only JSON texts are captured, so it pickles small."""
+    texts = dict(texts)
+    row_json, key_json, out_json = row_type.json(), key_type.json() if key_type else None, out_type.json()
+
+    def decode(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(StructType.fromJson(json.loads(out_json)), timezone=timezone)
+        decoder = ChangeDecoder(texts, StructType.fromJson(json.loads(row_json)),
+                                StructType.fromJson(json.loads(key_json)) if key_json else None)
+        for batch in batches:
+            columns = batch.to_pydict()
+            rows = [decoder.decode(t, p, o, k, v) for t, p, o, k, v in zip(
+                columns["topic"], columns["partition"], columns["offset"], columns["key"], columns["value"],
+                strict=True)]
+            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+    return decode
+
+
+def python_change_frame(records: DataFrame, *, texts: Mapping[str, str], row_type: StructType,
+                        key_type: StructType | None, out_type: StructType, timezone: str) -> DataFrame:
+    """Records of one table topic (``topic``, ``partition``, ``offset``, ``key``, ``value``) → rows
+    of ``out_type`` (``schemas.change_type``), decoded by fastavro on the executors (``mapInArrow``)."""
+    return records.mapInArrow(_arrow_decoder(texts, row_type, key_type, out_type, timezone), out_type)

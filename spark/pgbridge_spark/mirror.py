@@ -33,7 +33,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -43,7 +43,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-from pgbridge_spark.decode import ChangeDecoder, SchemaCatalog, decode_boundaries, header_schema_id
+from pgbridge_spark.decode import (
+    SchemaCatalog,
+    decode_boundaries,
+    header_schema_id,
+    python_change_frame,
+    schema_id_of,
+)
+from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, require_spark_avro
 from pgbridge_spark.kafka import read_schema_topic, table_topic_pattern, topic_name
 from pgbridge_spark.progress import (
     ConsistentProgress,
@@ -63,6 +70,8 @@ COMMIT_LSN_COLUMN: Final = "_pgbridge_commit_lsn"
 TOTAL_ORDER_COLUMN: Final = "_pgbridge_total_order"
 STATE_FILE: Final = "_pgbridge_state.json"
 CONTROL_DIR: Final = "_pgbridge"
+DECODERS: Final = ("jvm", "python")
+DEFAULT_DECODER: Final = "jvm"
 _HEADER: Final = "CASE WHEN substring({c}, 1, 1) = X'00' THEN substring({c}, 1, 5) ELSE substring({c}, 1, 10) END"
 
 
@@ -75,6 +84,7 @@ class MirrorConfig:
     mode: str = "mirror"  # mirror | changelog
     consistent: bool = False
     source: str = "auto"  # auto | kafka | python
+    decoder: str = DEFAULT_DECODER  # jvm (spark-avro's from_avro) | python (fastavro in mapInArrow)
     tables: Sequence[str] = ()  # "schema.table"; empty: every table topic of the prefix
     schema_registry_url: str | None = None
     max_offsets_per_trigger: int | None = None
@@ -87,6 +97,8 @@ class MirrorConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("mirror", "changelog"):
             raise ValueError(f"mode must be mirror or changelog, not {self.mode!r}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
 
     @property
     def transactions_topic(self) -> str:
@@ -143,28 +155,6 @@ def recover(output: Path) -> None:
 
 
 # --- the per-batch work --------------------------------------------------------------------------
-
-
-def _decode_function(texts: Mapping[str, str], row_type: StructType, key_type: StructType | None,
-                     out_type: StructType, timezone: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    texts = dict(texts)
-    row_json, key_json, out_json = row_type.json(), key_type.json() if key_type else None, out_type.json()
-
-    def decode(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        out_schema = StructType.fromJson(json.loads(out_json))
-        arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
-        decoder = ChangeDecoder(texts, StructType.fromJson(json.loads(row_json)),
-                                StructType.fromJson(json.loads(key_json)) if key_json else None)
-        for batch in batches:
-            columns = batch.to_pydict()
-            rows = [decoder.decode(t, p, o, k, v) for t, p, o, k, v in zip(
-                columns["topic"], columns["partition"], columns["offset"], columns["key"], columns["value"],
-                strict=True)]
-            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
-    return decode
 
 
 def _with_positions(row_type: StructType) -> StructType:
@@ -326,6 +316,8 @@ class MirrorJob:
                             kafka_options=config.kafka_options)
 
     def start(self, *, available_now: bool = False) -> StreamingQuery:
+        if self.config.decoder == "jvm":
+            require_spark_avro(self.spark)
         recover(self.output)
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
                   .option("checkpointLocation", self.config.checkpoint)
@@ -381,8 +373,8 @@ class MirrorJob:
             newest = max(positions, key=lambda k: positions[k]) if positions else None
             if newest is not None and newest != table.schema_id:
                 table.cached.unpersist()
-                rows = [{"_": {"offset": 0, "partition": 0}, "vh": None, "kh": None}]
-                table = tables[i] = self._table_batch(raw, table.topic, rows, texts, schema_id=newest)
+                table = tables[i] = self._table_batch(raw, table.topic, by_topic[table.topic], texts,
+                                                      schema_id=newest)
                 if cut is not None:
                     table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
                 stats = self._stats(table)
@@ -417,10 +409,8 @@ class MirrorJob:
             self._key_ids[topic] = key_id
         if topic in self._key_ids:
             key_type = record_to_struct(resolve_named(json.loads(texts[self._key_ids[topic]])))
-        out_type = change_type(row_type, key_type)
-        timezone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        decoded = (raw.where(F.col("topic") == topic).select("topic", "partition", "offset", "key", "value")
-                   .mapInArrow(_decode_function(texts, row_type, key_type, out_type, timezone), out_type))
+        records = raw.where(F.col("topic") == topic).select("topic", "partition", "offset", "key", "value")
+        decoded = self._decode(records, headers, texts, (schema_id, row_type), (self._key_ids.get(topic), key_type))
         fresh = decoded.where(new_changes_condition(progress))
         if self.config.exactly_once:
             changes = fresh.persist()
@@ -428,6 +418,24 @@ class MirrorJob:
             changes = (fresh.where("transaction IS NOT NULL").dropDuplicates(["commit_lsn", "total_order"])
                        .unionByName(fresh.where("transaction IS NULL"))).persist()
         return _TableBatch(topic, name, directory, progress, row_type, key_type, schema_id, changes, changes)
+
+    def _decode(self, records: DataFrame, headers: list[Any], texts: Mapping[str, str],
+                value: tuple[str, StructType], key: tuple[str | None, StructType | None]) -> DataFrame:
+        """Decoded change rows of one topic, by the configured decoder; the Python decoder takes
+        a batch ``from_avro`` cannot decode exactly (``jvm_decode`` says when)."""
+        (schema_id, row_type), (key_id, key_type) = value, key
+        out_type = change_type(row_type, key_type)
+        if self.config.decoder == "jvm":
+            value_headers = {bytes(r["vh"]): schema_id_of(bytes(r["vh"]))[0] for r in headers if r["vh"] is not None}
+            key_headers = {bytes(r["kh"]): schema_id_of(bytes(r["kh"]))[0] for r in headers if r["kh"] is not None}
+            try:
+                return jvm_change_frame(records, texts=texts, value_headers=value_headers, schema_id=schema_id,
+                                        key_headers=key_headers, key_id=key_id, out_type=out_type)
+            except JvmDecodeUnavailable as exc:
+                log.info("Python decoder for this micro-batch: %s", exc)
+        timezone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        return python_change_frame(records, texts=texts, row_type=row_type, key_type=key_type, out_type=out_type,
+                                   timezone=timezone)
 
     @staticmethod
     def _stats(table: _TableBatch) -> list[Any]:
@@ -580,6 +588,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                         help="apply whole transactions only (uses {prefix}.transactions)")
     parser.add_argument("--source", choices=("auto", "kafka", "python"), default="auto",
                         help="Spark's kafka source, the pgbridge-kafka Python source, or kafka if loadable")
+    parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
+                        help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
     parser.add_argument("--tables", default="", help="comma list schema.table (default: every table topic)")
     parser.add_argument("--schema-registry-url", default=None)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
@@ -594,7 +604,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     options = dict(item.split("=", 1) for item in args.kafka_option)
     config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
                           checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent,
-                          source=args.source, tables=tuple(t for t in args.tables.split(",") if t),
+                          source=args.source, decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
                           schema_registry_url=args.schema_registry_url,
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
                           kafka_options=options, exactly_once=args.exactly_once)

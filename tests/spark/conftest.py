@@ -3,6 +3,10 @@
 Spark tests are few and focused (2 shared cores): each end-to-end test runs the real chain —
 Postgres → ``python -m pgbridge run`` → broker → mirror job → Parquet — on Postgres 18 only; the
 bridge's behaviour on 15 is covered by tests/integration.
+
+The session has Spark's own Kafka source (spark-sql-kafka-0-10) and spark-avro on its class path:
+``jvm/fetch.py spark`` fetches their jars with Maven once (``jvm/spark/pom.xml``), so the jobs
+under test read with ``format("kafka")`` and decode with ``from_avro`` as they do in production.
 """
 
 from __future__ import annotations
@@ -12,10 +16,16 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from jvm.fetch import fetch
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: runs a Spark job on local[2] (needs Java 17 and pgbridge[spark])")
+
+
+def spark_jars() -> str:
+    """``spark.jars``: the spark-sql-kafka and spark-avro jars (and what they need beyond pyspark's)."""
+    return ",".join(str(jar) for jar in sorted(fetch("spark").glob("*.jar")))
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +34,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("pgbridge-tests")
+               .config("spark.jars", spark_jars())
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.ui.enabled", "false")
