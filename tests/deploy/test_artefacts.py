@@ -450,7 +450,6 @@ def test_compose_pgbridge_waits_for_healthy_dependencies() -> None:
         assert "healthcheck" in services[name], f"{name} has no healthcheck to wait for"
     assert any(str(v).endswith(f":{SPILL_DIR}") for v in pgbridge["volumes"]), "no volume for the spill directory"
     assert f"{HTTP_PORT}:{HTTP_PORT}" in pgbridge["ports"]
-    assert "spark" not in services, "the Spark pipeline is not part of the stack yet"
 
 
 def test_compose_pgbridge_environment_is_a_valid_pgbridge_configuration() -> None:
