@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.config import ConfigError, load_settings
+from pgbridge.config import load_settings
 from pgbridge.encode import EncodeError
 from pgbridge.encode.types import NumericPolicy, codec_for
+from pgbridge.errors import ConfigError
 from pgbridge.source.type_catalog import PgTypeInfo
 from tests.unit.encode.test_type_codecs import field
 

@@ -9,9 +9,9 @@ import pytest
 from fastavro import parse_schema
 
 from pgbridge.encode import schemas
+from pgbridge.encode.naming import avro_name
 from pgbridge.encode.schemas import (
     SCHEMA_FILES,
-    avro_name,
     compose,
     field_names,
     load_schema,

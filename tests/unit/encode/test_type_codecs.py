@@ -66,6 +66,7 @@ def field(codec: TypeCodec, raw: bytes, *, binary: bool = False, logical: bool =
     stream = io.BytesIO(encoder(raw))
     record = schemaless_reader(stream, parse_schema({"type": "record", "name": "R", "fields": fields}), None)
     assert stream.read() == b"", "the Avro body has trailing bytes"
+    assert isinstance(record, dict)
     return record["v"], record.get("v__text")
 
 
