@@ -214,9 +214,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings) -> int:
+    from pgbridge.health import Health
     from pgbridge.http import serve
     from pgbridge.metrics import Metrics
-    from pgbridge.pipeline import Health, run_forever
+    from pgbridge.pipeline import run_forever
 
     stop = threading.Event()
 

@@ -57,6 +57,9 @@ DEFAULT_STANDBY_RETRY_S: Final = 1.0
 # A leader whose host vanished without closing its socket loses the lock (idle_session_timeout on
 # the lock's session) after this long; well above the leader's 1 s keep-alive query.
 DEFAULT_LEASE_S: Final = 10.0
+# A minute without any progress while work waits: longer than any healthy pause (a broker leader
+# election, a registry retry, a Postgres checkpoint), shorter than a delivery timeout chain.
+DEFAULT_STALL_S: Final = 60.0
 
 
 class _Section(BaseModel):
@@ -225,6 +228,13 @@ class HaConfig(_Section):
     lease_s: float = Field(default=DEFAULT_LEASE_S, ge=2)
 
 
+class WatchdogConfig(_Section):
+    """The stall watchdog (ack/watchdog.py): how long work may wait without any progress before
+    pgbridge reports itself stalled (not ready, ``pgbridge_stalled``, a log line); 0 turns it off."""
+
+    stall_s: float = Field(default=DEFAULT_STALL_S, ge=0)
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     json_format: bool = Field(default=False, alias="json")
@@ -251,6 +261,7 @@ class Settings(BaseSettings):
     buffer: BufferConfig = BufferConfig()
     log: LogConfig = LogConfig()
     ha: HaConfig = HaConfig()
+    watchdog: WatchdogConfig = WatchdogConfig()
 
     @classmethod
     def settings_customise_sources(

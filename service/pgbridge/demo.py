@@ -203,7 +203,7 @@ class _Session:
 
     def __init__(self, settings: Settings, dsn: str, seconds: float, stop_requested: threading.Event,
                  hurry: threading.Event) -> None:
-        from pgbridge.pipeline import Health
+        from pgbridge.health import Health
 
         self.settings = settings
         self.dsn = dsn

@@ -8,8 +8,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pgbridge.health import Health
 from pgbridge.metrics import Metrics
-from pgbridge.pipeline import Health
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -23,8 +23,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/healthz":
             self._send(200, b"ok\n", "text/plain")
         elif path == "/readyz":
-            ready = self.health.streaming and self.health.kafka_ok
-            self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n", "text/plain")
+            reason = self.health.not_ready_reason
+            body = b"ready\n" if reason is None else f"not ready: {reason}\n".encode()
+            self._send(200 if reason is None else 503, body, "text/plain")
         else:
             self._send(404, b"not found\n", "text/plain")
 

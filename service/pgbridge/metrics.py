@@ -42,6 +42,7 @@ SERVER_WAL_RATE_BYTES: Final = "pgbridge_server_wal_rate_bytes_per_second"
 KAFKA_TRANSACTIONS_TOTAL: Final = "pgbridge_kafka_transactions_total"
 KAFKA_TRANSACTION_COMMIT_SECONDS: Final = "pgbridge_kafka_transaction_commit_seconds"
 KAFKA_TRANSACTION_RECORDS: Final = "pgbridge_kafka_transaction_records"
+STALLED: Final = "pgbridge_stalled"
 
 LABEL_TABLE: Final = "table"
 LABEL_OP: Final = "op"
@@ -49,6 +50,10 @@ LABEL_OUTCOME: Final = "outcome"
 LABEL_TARGET: Final = "target"
 LABEL_COMPATIBILITY: Final = "compatibility"
 LABEL_STATUS: Final = "status"
+LABEL_KIND: Final = "kind"
+
+# The stall watchdog's kinds (ack/watchdog.py): both series exist from the start, 0 until stalled.
+STALL_KINDS: Final = ("source", "delivery")
 
 TARGET_POSTGRES: Final = "postgres"
 TARGET_KAFKA: Final = "kafka"
@@ -120,12 +125,17 @@ class Metrics:
             registry=r)
         self.server_wal_rate = Gauge(SERVER_WAL_RATE_BYTES, "Server WAL written per second, smoothed",
                                      registry=r)
+        self.stalled = Gauge(STALLED, "1 while the stream is stalled (watchdog.stall_s without progress): "
+                             "kind=source (the server has WAL not received), kind=delivery (records wait "
+                             "for Kafka, none acknowledged)", [LABEL_KIND], registry=r)
         self.slot_safe_wal_size.set(float("inf"))
         self.slot_invalidation_forecast.set(float("inf"))
         for target in (TARGET_POSTGRES, TARGET_KAFKA, TARGET_SCHEMA_REGISTRY):
             self.reconnects.labels(target)
         for outcome in (OUTCOME_COMMITTED,):
             self.transactions.labels(outcome)
+        for kind in STALL_KINDS:
+            self.stalled.labels(kind).set(0)
         self.toast_cache_hits = Counter(TOAST_CACHE_HITS_TOTAL, "Unchanged TOASTed values filled from the "
                                         "local cache (toast policy cache)", registry=r)
         self.toast_cache_misses = Counter(TOAST_CACHE_MISSES_TOTAL, "Unchanged TOASTed values the local cache "

@@ -48,6 +48,7 @@ class AckTracker:
         self._acked_lsn = start_lsn
         self._reported_lsn = start_lsn
         self._in_flight = 0
+        self.delivered_total = 0  # acknowledgements ever: how the stall watchdog sees delivery move
 
     @property
     def acked_lsn(self) -> Lsn:
@@ -89,6 +90,7 @@ class AckTracker:
             raise InvariantError("delivery report for a unit with no pending records")
         unit.pending -= 1
         self._in_flight -= 1
+        self.delivered_total += 1
         if unit.pending == 0 and unit.sealed and self._queue and self._queue[0] is unit:
             return self._drain()
         return []

@@ -1,0 +1,121 @@
+"""Housekeeping jobs that run between frames on the pipeline thread, each at its own pace.
+
+Each job is a small unit with one reason to exist; the session calls them from housekeeping
+(at least every 100 ms, also while the producer queue is full), and each decides whether it is due:
+
+* ``KafkaProbe``: while Kafka is reported unreachable and nothing is being delivered, ask a broker
+  for metadata (bounded wait) so ``/readyz`` recovers without traffic;
+* ``SlotCheck``: the slot's row in ``pg_replication_slots`` (retained WAL, invalidation forecast, who
+  streams from it) and the server's WAL position for the stall watchdog;
+* ``Heartbeat``: a logical message into this database's WAL so a quiet slot's confirmed LSN follows
+  a busy server;
+* ``SnapshotTick`` (between transactions only): incremental snapshot chunks and tables new in the
+  publication.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+import psycopg
+
+from pgbridge.ack.progress import ProgressReporter
+from pgbridge.config import Settings
+from pgbridge.decode.messages import Relation, TupleData
+from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
+from pgbridge.lsn import Lsn
+from pgbridge.metrics import Metrics
+from pgbridge.publish.producer import KafkaPublisher
+from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
+from pgbridge.snapshot.progress import ProgressStore
+from pgbridge.source import slots
+from pgbridge.source.keys import KeyColumns
+from pgbridge.source.monitor import SlotMonitor, emit_heartbeat
+
+log = logging.getLogger(__name__)
+
+SqlConn = psycopg.Connection[tuple[object, ...]]
+
+KAFKA_PROBE_INTERVAL_S: Final = 2.0
+KAFKA_PROBE_TIMEOUT_S: Final = 0.5
+
+
+class KafkaProbe:
+    """``kafka_ok`` turns True on a delivery; with nothing to deliver, ask a broker directly."""
+
+    def __init__(self, publisher: KafkaPublisher, interval_s: float = KAFKA_PROBE_INTERVAL_S) -> None:
+        self._publisher = publisher
+        self._interval_s = interval_s
+        self._next_at = 0.0
+
+    def __call__(self, now: float) -> None:
+        if not self._publisher.kafka_ok and now >= self._next_at:
+            self._next_at = now + self._interval_s
+            self._publisher.probe(KAFKA_PROBE_TIMEOUT_S)
+
+
+class SlotCheck:
+    """The slot monitor at its interval; its server WAL position feeds the stall watchdog."""
+
+    def __init__(self, monitor: SlotMonitor, sql: SqlConn, reporter: ProgressReporter) -> None:
+        self.monitor = monitor
+        self._sql = sql
+        self._reporter = reporter
+
+    def __call__(self, now: float) -> None:
+        if self.monitor.due(now):
+            self._reporter.catalog_server_lsn = self.monitor.check(self._sql, now).server_lsn
+
+
+class Heartbeat:
+    """``pg_logical_emit_message`` every ``interval_s`` (0: never); turns itself off without permission."""
+
+    def __init__(self, sql: SqlConn, metrics: Metrics, interval_s: float) -> None:
+        self._sql = sql
+        self._metrics = metrics
+        self._interval_s = interval_s
+        self._next_at = time.monotonic() + interval_s if interval_s > 0 else float("inf")
+
+    def __call__(self, now: float) -> None:
+        if now < self._next_at:
+            return
+        self._next_at = now + self._interval_s
+        try:
+            emit_heartbeat(self._sql)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.warning("heartbeat disabled: no permission for pg_logical_emit_message",
+                        extra={"error": exc.diag.message_primary})
+            self._next_at = float("inf")
+            return
+        self._metrics.heartbeats.inc()
+
+
+class SnapshotTick:
+    """Between transactions: drive incremental snapshots and notice tables new in the publication."""
+
+    def __init__(self, settings: Settings, sql: SqlConn, snapshotter: IncrementalSnapshotter,
+                 progress: ProgressStore, encoder: ChangeEncoder, keys: KeyColumns) -> None:
+        self._settings = settings
+        self._sql = sql
+        self._snapshotter = snapshotter
+        self._progress = progress
+        self._encoder = encoder
+        self._keys = keys
+        self._next_publication_check = 0.0
+
+    def __call__(self, now: float) -> None:
+        snap = self._snapshotter
+        self._progress.poll()
+        if now >= self._next_publication_check:
+            self._next_publication_check = now + self._settings.snapshot.publication_check_s
+            published = table_names(slots.published_tables(self._sql, self._settings.postgres.publication))
+            snap.check_publication(published, snapshot_new=self._settings.snapshot.mode == "initial")
+        if snap.busy:
+            snap.tick(self._encode_row, self._keys)
+
+    def _encode_row(self, relation: Relation, row: TupleData, high_lsn: Lsn) -> OutRecord:
+        ctx = EventContext(commit_lsn=high_lsn, xid=0, ts_us=int(time.time() * 1_000_000), origin=None,
+                           total_order=0, collection_order=0, snapshot=True)
+        return self._encoder.encode_snapshot_row(relation, row, ctx)
