@@ -1,0 +1,217 @@
+"""Mirror throughput of the Spark job (rows/s on local[2]) per decoder and Kafka source, same data.
+
+Starts a throwaway Apache Kafka broker (the suite's, jars from ``jvm/fetch.py kafka``), writes
+``--rows`` narrow change records of one keyed table (``id bigint, v int, note text, at
+timestamptz``; inserts in transactions of ``--tx-size`` rows, single-object framing with the schema
+in ``{prefix}._schemas``, key and value as pgbridge writes them) to a topic of two partitions, then
+runs the mirror job (``pgbridge_spark.mirror``) with ``--available-now`` once per combination of
+decoder (``jvm``: spark-avro's ``from_avro``; ``python``: fastavro in ``mapInArrow``) and Kafka
+source (Spark's ``kafka``; the bundled Python ``pgbridge-kafka`` source while it exists), each into
+a fresh output and checkpoint, in one SparkSession that has spark-sql-kafka and spark-avro
+(``jvm/fetch.py spark``). A small warm-up run first takes the JVM's class loading and JIT out of the
+figures. Rows/s = rows mirrored / wall time from ``start()`` to the query's end; every run must
+mirror every row (checked).
+
+    .venv/bin/python bench/spark_mirror_throughput.py [--rows 200000] [--repeat 1]
+
+Writes JSON to bench/results/spark-mirror-throughput.json (and prints it), with the load average
+before and after: the machine is shared, so read the figures with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service")]
+
+from fastavro import parse_schema, schemaless_writer  # noqa: E402
+from jvm.fetch import classpath, fetch  # noqa: E402
+
+from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
+from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header  # noqa: E402
+
+RESULT = ROOT / "bench" / "results" / "spark-mirror-throughput.json"
+PREFIX = "bench"
+TABLE_TOPIC = f"{PREFIX}.public.narrow"
+
+SOURCE = {"type": "record", "name": "Source", "namespace": "pgbridge", "fields": [
+    {"name": n, "type": t} for n, t in (("db", "string"), ("schema", "string"), ("table", "string"),
+                                        ("lsn", "long"), ("commit_lsn", "long"), ("xid", "long"),
+                                        ("ts_us", "long"), ("snapshot", "boolean"))] + [
+    {"name": "origin", "type": ["null", "string"], "default": None}]}
+TRANSACTION = {"type": "record", "name": "Transaction", "namespace": "pgbridge", "fields": [
+    {"name": "id", "type": "string"}, {"name": "total_order", "type": "long"},
+    {"name": "data_collection_order", "type": "long"}]}
+ROW = {"type": "record", "name": "Value", "fields": [
+    {"name": "id", "type": ["null", "long"], "default": None, "pg_type": "int8"},
+    {"name": "v", "type": ["null", "int"], "default": None, "pg_type": "int4"},
+    {"name": "note", "type": ["null", "string"], "default": None, "pg_type": "text"},
+    {"name": "at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}], "default": None,
+     "pg_type": "timestamptz"}]}
+ENVELOPE = {"type": "record", "name": "Envelope", "namespace": f"{PREFIX}.public.narrow", "fields": [
+    {"name": "before", "type": ["null", ROW], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "op", "type": "string"}, {"name": "source", "type": SOURCE},
+    {"name": "transaction", "type": ["null", TRANSACTION], "default": None},
+    {"name": "unchanged_toast_columns", "type": {"type": "array", "items": "string"}, "default": []},
+    {"name": "unrepresentable", "type": ["null", {"type": "map", "values": "string"}], "default": None}]}
+KEY = {"type": "record", "name": "Key", "namespace": f"{PREFIX}.public.narrow",
+       "fields": [{"name": "id", "type": "long", "pg_type": "int8"}]}
+
+
+def records(rows: int, tx_size: int) -> Any:
+    """``(key, value)`` bytes of ``rows`` inserts, ``tx_size`` per transaction, in commit order."""
+    value_schema, key_schema = parse_schema(ENVELOPE), parse_schema(KEY)
+    value_header, key_header = single_object_header(fingerprint64(ENVELOPE)), single_object_header(fingerprint64(KEY))
+    for i in range(rows):
+        tx, order = divmod(i, tx_size)
+        lsn = 0x1000000 + tx * 0x1000
+        envelope = {"before": None, "after": {"id": i, "v": i % 1000, "note": f"row {i}",
+                                              "at": 1_700_000_000_000_000 + i},
+                    "op": "c", "unchanged_toast_columns": [], "unrepresentable": None,
+                    "source": {"db": "bench", "schema": "public", "table": "narrow", "lsn": lsn + order,
+                               "commit_lsn": lsn + tx_size, "xid": 1000 + tx, "ts_us": 1_700_000_000_000_000,
+                               "snapshot": False, "origin": None},
+                    "transaction": {"id": f"{1000 + tx}:{lsn + tx_size}", "total_order": order + 1,
+                                    "data_collection_order": order + 1}}
+        key, value = io.BytesIO(key_header), io.BytesIO(value_header)
+        key.seek(len(key_header))
+        value.seek(len(value_header))
+        schemaless_writer(key, key_schema, {"id": i})
+        schemaless_writer(value, value_schema, envelope)
+        yield i, key.getvalue(), value.getvalue()
+
+
+def produce(bootstrap: str, rows: int, tx_size: int) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(TABLE_TOPIC, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "acks": "all"})
+    for schema in (ENVELOPE, KEY):
+        producer.produce(f"{PREFIX}._schemas", key=fingerprint_hex(fingerprint64(schema)).encode(),
+                         value=json.dumps(schema).encode())
+    started = time.monotonic()
+    for i, key, value in records(rows, tx_size):
+        while True:
+            try:
+                producer.produce(TABLE_TOPIC, key=key, value=value, partition=i % 2)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120) != 0:
+        raise RuntimeError("records not delivered within 120 s")
+    return time.monotonic() - started
+
+
+def session(jars: str) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("pgbridge-spark-mirror-throughput")
+             .config("spark.jars", jars).config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.memory", "1g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, source: str, expected: int,
+                tables: tuple[str, ...] = ("public.narrow",)) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+
+    run = Path(tempfile.mkdtemp(prefix=f"{decoder}-{source}-", dir=work))
+    config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(run / "out"),
+                          checkpoint=str(run / "checkpoint"), decoder=decoder, source=source, tables=tables)
+    batches: list[int] = []
+    started = time.monotonic()
+    query = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(result.applied_count)).start(
+        available_now=True)
+    query.awaitTermination()
+    elapsed = time.monotonic() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"{decoder}/{source}: {query.exception()}")
+    mirrored = pq.read_table(run / "out" / "public.narrow").num_rows
+    if mirrored != expected:
+        raise RuntimeError(f"{decoder}/{source}: mirrored {mirrored} rows, expected {expected}")
+    shutil.rmtree(run, ignore_errors=True)
+    return {"decoder": decoder, "source": source, "rows": mirrored, "seconds": round(elapsed, 2),
+            "rows_per_s": round(mirrored / elapsed), "micro_batches": len(batches)}
+
+
+def sources_available() -> list[str]:
+    """Spark's ``kafka`` source, and the bundled Python one if this checkout still has it."""
+    import pgbridge_spark.source as module
+    return ["kafka", "python"] if hasattr(module, "PgbridgeKafkaSource") else ["kafka"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--tx-size", type=int, default=100, help="rows per source transaction")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per decoder and source")
+    parser.add_argument("--output", type=Path, default=RESULT)
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-throughput-"))
+    jars = ",".join(str(j) for j in sorted(fetch("spark").glob("*.jar")))
+    cluster = start_kafka(classpath("kafka"), 1)
+    try:
+        produce_s = produce(cluster.bootstrap, args.rows, args.tx_size)
+        spark = session(jars)
+        try:
+            warm = mirror_once(spark, cluster.bootstrap, work, "jvm", "kafka", args.rows)
+            mirror_once(spark, cluster.bootstrap, work, "python", "kafka", args.rows)
+            runs = [mirror_once(spark, cluster.bootstrap, work, decoder, source, args.rows)
+                    for _ in range(args.repeat) for source in sources_available() for decoder in ("jvm", "python")]
+        finally:
+            spark.stop()
+    finally:
+        cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
+    best: dict[str, int] = {}
+    for run in runs:
+        name = f"{run['decoder']}/{run['source']}"
+        best[name] = max(best.get(name, 0), run["rows_per_s"])
+    import pyspark
+    result = {
+        "benchmark": "spark mirror throughput (mirror mode, available-now, local[2])",
+        "command": " ".join([".venv/bin/python", "bench/spark_mirror_throughput.py", *sys.argv[1:]]),
+        "rows": args.rows, "tx_size": args.tx_size, "topic_partitions": 2,
+        "broker": "Apache Kafka (jvm/kafka), single node", "pyspark": pyspark.__version__,
+        "spark_jars": sorted(Path(j).name for j in jars.split(",")),
+        "produce_seconds": round(produce_s, 2), "warmup_run": warm, "runs": runs, "best_rows_per_s": best,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "java": subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0],
+        "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip(),
+    }
+    text = json.dumps(result, indent=2)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
