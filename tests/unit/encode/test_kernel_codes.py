@@ -10,13 +10,24 @@ converters do shows up here as a changed row.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 import pytest
 
 from pgbridge.encode.envelope import native_binary_code, native_code
-from pgbridge.encode.types import ARRAY_ELEMENTS, BUILTIN_TYPES, NumericPolicy, TypeCodec, codec_for
+from pgbridge.encode.types import (
+    ARRAY_ELEMENTS,
+    BUILTIN_TYPES,
+    KernelBinary,
+    KernelText,
+    NumericPolicy,
+    TypeCodec,
+    codec_for,
+    text_from_utf8,
+)
+from pgbridge.encode.wire import write_string
 from pgbridge.source.type_catalog import CompositeAttribute, PgTypeInfo
+from tests.support.kernels import compiled
 
 NUMERIC, VARCHAR, BPCHAR, INT4, TEXT = 1700, 1043, 1042, 23, 25
 DOMAIN_BASE = 900_000  # domain over builtin ``oid`` has OID DOMAIN_BASE + oid
@@ -344,3 +355,13 @@ def test_the_cases_are_exactly_the_table() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[case.label for case in CASES])
 def test_each_codec_declares_the_kernel_conversion_of_the_table(case: Case) -> None:
     assert kernel_codes(case) == EXPECTED[case.label]
+
+
+def test_every_declarable_conversion_is_one_the_built_kernel_has() -> None:
+    codes = compiled("pgbridge.encode._native").CODES
+    assert set(get_args(KernelText)) | set(get_args(KernelBinary)) <= set(codes)
+
+
+def test_a_binary_conversion_needs_a_binary_converter() -> None:
+    with pytest.raises(ValueError, match="declares a binary kernel conversion but reads no binary"):
+        TypeCodec("x", "string", text_from_utf8, None, write_string, kernel="string", kernel_binary="binary_string")
