@@ -18,7 +18,7 @@ import time
 from typing import Protocol
 
 from pgbridge.ack.feedback import FeedbackPolicy
-from pgbridge.ack.tracker import AckTracker, PublishSlot
+from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.ack.watchdog import Positions, Stall, StallWatchdog
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import STALL_KINDS, Metrics
@@ -108,7 +108,7 @@ class ProgressReporter:
                 self.metrics.stalled.labels(kind).set(0)
             self.stall = None
 
-    def completed(self, units: list[PublishSlot]) -> None:
+    def completed(self, units: list[Unit]) -> None:
         """Units whose every record Kafka acknowledged: observe commit→ack for each transaction."""
         now_us = time.time() * 1_000_000
         for unit in units:

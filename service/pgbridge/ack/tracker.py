@@ -22,29 +22,36 @@ treated as already sent (only its COMMIT PREPARED is decoded again). So:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pgbridge.errors import InvariantError
 from pgbridge.lsn import INVALID_LSN, Lsn
 
 
 @dataclass(slots=True, eq=False)
-class PublishSlot:
-    """Delivery bookkeeping of one published unit (a transaction or a standalone message)."""
+class Unit:
+    """Delivery bookkeeping of one published unit: a transaction, a standalone message, a snapshot chunk.
+
+    Identity is the unit (``eq=False``): callers key dictionaries by it.
+    """
 
     pending: int = 0
     sealed: bool = False
     end_lsn: Lsn | None = None  # None: completing it does not move the watermark
     commit_ts_us: int = 0
     failed: bool = False
-    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def durable(self) -> bool:
+        """Every record it will ever have was handed over and acknowledged by Kafka."""
+        return self.sealed and not self.pending and not self.failed
 
 
 class AckTracker:
     """Counts outstanding deliveries per unit and derives the confirmable LSN."""
 
     def __init__(self, start_lsn: Lsn = INVALID_LSN) -> None:
-        self._queue: deque[PublishSlot] = deque()
+        self._queue: deque[Unit] = deque()
         self._acked_lsn = start_lsn
         self._reported_lsn = start_lsn
         self._in_flight = 0
@@ -60,31 +67,31 @@ class AckTracker:
         """Records handed to the producer and not yet acknowledged."""
         return self._in_flight
 
-    def open_unit(self, commit_ts_us: int = 0) -> PublishSlot:
-        unit = PublishSlot(commit_ts_us=commit_ts_us)
+    def open_unit(self, commit_ts_us: int = 0) -> Unit:
+        unit = Unit(commit_ts_us=commit_ts_us)
         self._queue.append(unit)
         return unit
 
-    def add_record(self, unit: PublishSlot) -> None:
+    def add_record(self, unit: Unit) -> None:
         if unit.sealed:
             raise InvariantError("record added to a unit that is already sealed")
         unit.pending += 1
         self._in_flight += 1
 
-    def add_records(self, unit: PublishSlot, count: int) -> None:
+    def add_records(self, unit: Unit, count: int) -> None:
         """``count`` records of ``unit`` handed to the producer (``add_record`` ``count`` times)."""
         if unit.sealed:
             raise InvariantError("record added to a unit that is already sealed")
         unit.pending += count
         self._in_flight += count
 
-    def seal(self, unit: PublishSlot, end_lsn: Lsn | None) -> list[PublishSlot]:
+    def seal(self, unit: Unit, end_lsn: Lsn | None) -> list[Unit]:
         """No more records will be added; returns units that completed as a result."""
         unit.sealed = True
         unit.end_lsn = end_lsn
         return self._drain()
 
-    def delivered(self, unit: PublishSlot) -> list[PublishSlot]:
+    def delivered(self, unit: Unit) -> list[Unit]:
         """One record of ``unit`` was acknowledged; returns units that completed as a result."""
         if unit.pending <= 0:
             raise InvariantError("delivery report for a unit with no pending records")
@@ -95,19 +102,19 @@ class AckTracker:
             return self._drain()
         return []
 
-    def failed(self, unit: PublishSlot) -> None:
+    def failed(self, unit: Unit) -> None:
         """A record of ``unit`` was not delivered: it and everything after it stay unconfirmed."""
         unit.failed = True
         if unit.pending > 0:
             unit.pending -= 1
             self._in_flight -= 1
 
-    def _drain(self) -> list[PublishSlot]:
-        done: list[PublishSlot] = []
+    def _drain(self) -> list[Unit]:
+        done: list[Unit] = []
         queue = self._queue
         while queue:
             head = queue[0]
-            if not head.sealed or head.pending or head.failed:
+            if not head.durable:
                 break
             queue.popleft()
             if head.end_lsn is not None and head.end_lsn > self._acked_lsn:

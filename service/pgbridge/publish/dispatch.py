@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgbridge.ack.tracker import AckTracker, PublishSlot
+from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.assemble.units import (
     AssembledEvent,
     MessageChange,
@@ -53,7 +53,7 @@ from pgbridge.source.monitor import HEARTBEAT_PREFIX
 
 log = logging.getLogger(__name__)
 
-Completed = Callable[[list[PublishSlot]], None]
+Completed = Callable[[list[Unit]], None]
 
 
 class EventCounters:
@@ -110,7 +110,7 @@ class _OpenTransaction:
     """
 
     begin: TxBegin
-    unit: PublishSlot
+    unit: Unit
     callback: Callable[..., None]
     ts_us: int
     origin: str | None = None
@@ -186,7 +186,7 @@ class Dispatcher:
     def in_transaction(self) -> bool:
         return self._tx is not None
 
-    def produce(self, record: OutRecord, callback: Callable[..., None], unit: PublishSlot) -> None:
+    def produce(self, record: OutRecord, callback: Callable[..., None], unit: Unit) -> None:
         self.publisher.topics.ensure(record.topic)
         self.publisher.produce(record.topic, record.key, record.value, callback, unit, self._idle)
 

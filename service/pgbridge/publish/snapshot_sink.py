@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 
-from pgbridge.ack.tracker import PublishSlot
+from pgbridge.ack.tracker import Unit
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import EventContext
 from pgbridge.lsn import Lsn
@@ -33,10 +33,10 @@ class SnapshotSink(ChunkSink):
         self._snapshot_lsn = snapshot_lsn
         self._ctx = EventContext(commit_lsn=snapshot_lsn, xid=0, ts_us=int(time.time() * 1_000_000), origin=None,
                                  total_order=0, collection_order=0, snapshot=True)
-        self._callbacks: dict[PublishSlot, Callable[..., None]] = {}
-        self._open_units: list[PublishSlot] = []  # exactly-once: chunks begun and not ended
+        self._callbacks: dict[Unit, Callable[..., None]] = {}
+        self._open_units: list[Unit] = []  # exactly-once: chunks begun and not ended
 
-    def begin_chunk(self) -> PublishSlot:
+    def begin_chunk(self) -> Unit:
         dispatcher = self._dispatcher
         unit = dispatcher.tracker.open_unit()
         self._callbacks[unit] = dispatcher.publisher.callback_for(unit)
@@ -45,7 +45,7 @@ class SnapshotSink(ChunkSink):
             self._open_units.append(unit)
         return unit
 
-    def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None:
+    def emit(self, relation: Relation, row: TupleData, unit: Unit) -> None:
         dispatcher = self._dispatcher
         record = dispatcher.encoder.encode_snapshot_row(relation, row, self._ctx)
         dispatcher.produce(record, self._callbacks[unit], unit)
@@ -53,7 +53,7 @@ class SnapshotSink(ChunkSink):
         dispatcher.counters.events(table, "r", 1)
         dispatcher.counters.bytes(table, record_bytes(record))
 
-    def end_chunk(self, unit: PublishSlot, chunk: Chunk) -> None:
+    def end_chunk(self, unit: Unit, chunk: Chunk) -> None:
         dispatcher = self._dispatcher
         callback = self._callbacks.pop(unit, None)
         transactions = dispatcher.transactions

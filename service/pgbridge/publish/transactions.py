@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from pgbridge.ack.tracker import AckTracker, PublishSlot
+from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.errors import BrokerUnavailable, FatalError, TransientError
 from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.publish.topics import read_compacted
@@ -113,7 +113,7 @@ class _Open:
     started: float
     nbytes: int = 0
     records: int = 0
-    units: list[PublishSlot] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
     position: Position | None = None
 
 
@@ -166,7 +166,7 @@ class KafkaTransactions:
                 raise classify(exc, "beginning a Kafka transaction") from None
             self._open = _Open(started=self._clock())
 
-    def hold(self, unit: PublishSlot) -> None:
+    def hold(self, unit: Unit) -> None:
         """``unit`` completes only when the Kafka transaction carrying it has committed."""
         self.ensure_open()
         assert self._open is not None

@@ -44,7 +44,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from pgbridge.ack.tracker import PublishSlot
+from pgbridge.ack.tracker import Unit
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import OutRecord
 from pgbridge.errors import FatalError, SourceUnavailable
@@ -134,7 +134,7 @@ class _PendingChunk:
     next_after: list[str] | None
     last: bool
     window_open: bool = False
-    unit: PublishSlot | None = None
+    unit: Unit | None = None
     emitted: int = 0
 
 
@@ -255,7 +255,7 @@ class IncrementalSnapshotter:
         pending.emitted = len(records)
         return pending.table, records
 
-    def chunk_produced(self, unit: PublishSlot) -> None:
+    def chunk_produced(self, unit: Unit) -> None:
         """The high watermark's rows were produced in ``unit`` (the watermark's transaction)."""
         assert self._pending is not None
         self._pending.unit = unit
@@ -266,7 +266,7 @@ class IncrementalSnapshotter:
         pending = self._pending
         if pending is not None:
             unit = pending.unit
-            if unit is None or not unit.sealed or unit.pending or unit.failed:
+            if unit is None or not unit.durable:
                 return
             self._chunk_done(pending)
             self._pending = None

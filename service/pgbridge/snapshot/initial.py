@@ -5,7 +5,7 @@
  worker 1..N: own connection, SET TRANSACTION SNAPSHOT <name>, COPY (SELECT .. WHERE <chunk>)
         │ parsed rows (bounded queue)
         ▼
- main thread: ChunkSink.emit (encode + produce, one PublishSlot per chunk)
+ main thread: ChunkSink.emit (encode + produce, one Unit per chunk)
         │ chunk's unit fully acknowledged
         ▼
  on_chunk_durable → progress record (see progress.py for why this order makes resume safe)
@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 import psycopg
 from psycopg import sql
 
-from pgbridge.ack.tracker import PublishSlot
+from pgbridge.ack.tracker import Unit
 from pgbridge.config import SnapshotConfig
 from pgbridge.decode.messages import KIND_NULL, KIND_TEXT, Relation, TupleData
 from pgbridge.errors import PgbridgeError, SourceUnavailable, TransientError
@@ -127,11 +127,11 @@ ConnT = psycopg.Connection[tuple[object, ...]]
 class ChunkSink(Protocol):
     """Where snapshot rows go: the pipeline's encoder, producer and ack tracker (main thread only)."""
 
-    def begin_chunk(self) -> PublishSlot: ...
+    def begin_chunk(self) -> Unit: ...
 
-    def emit(self, relation: Relation, row: TupleData, unit: PublishSlot) -> None: ...
+    def emit(self, relation: Relation, row: TupleData, unit: Unit) -> None: ...
 
-    def end_chunk(self, unit: PublishSlot, chunk: Chunk) -> None:
+    def end_chunk(self, unit: Unit, chunk: Chunk) -> None:
         """Every row of ``chunk`` was emitted under ``unit`` (exactly-once: its progress record goes
         into the same Kafka transaction)."""
 
@@ -267,7 +267,7 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
                 stop: threading.Event, connect_timeout_s: float) -> int:
     """Read ``todo`` with ``workers`` connections sharing ``snapshot_name``; return rows read.
 
-    Each chunk's rows go to the sink under one ``PublishSlot``; ``on_chunk_durable`` is called once
+    Each chunk's rows go to the sink under one ``Unit``; ``on_chunk_durable`` is called once
     all of them are acknowledged. Returns only when every chunk is durable.
     """
     by_table = {entry.plan.table: entry for entry in tables}
@@ -284,8 +284,8 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
     rows_per_table: dict[str, int] = defaultdict(int)
     for chunk in todo:
         remaining_per_table[chunk.table] += 1
-    units: dict[Chunk, PublishSlot] = {}
-    waiting: list[tuple[Chunk, PublishSlot, int]] = []
+    units: dict[Chunk, Unit] = {}
+    waiting: list[tuple[Chunk, Unit, int]] = []
     total = 0
     started = last_report = time.monotonic()
 
@@ -293,7 +293,7 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
         sink.service()
         keep = []
         for chunk, unit, rows in waiting:
-            if unit.sealed and unit.pending == 0 and not unit.failed:
+            if unit.durable:
                 on_chunk_durable(chunk, rows)
                 remaining_per_table[chunk.table] -= 1
                 if remaining_per_table[chunk.table] == 0:

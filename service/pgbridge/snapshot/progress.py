@@ -77,7 +77,7 @@ from confluent_kafka import KafkaError, Producer
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
 from pgbridge.logs import LibrdkafkaLog
-from pgbridge.publish.producer import consumer_config, producer_config
+from pgbridge.publish.producer import consumer_config, produce_when_room, producer_config
 from pgbridge.publish.topics import TopicManager, read_compacted, sanitize
 
 log = logging.getLogger(__name__)
@@ -175,12 +175,10 @@ class ProgressStore:
             if error is not None:
                 self._errors.append(error)
 
-        while True:
-            try:
-                producer.produce(self.topic, payload, key.encode(), on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        try:
+            producer.produce(self.topic, payload, key.encode(), on_delivery=on_delivery)
+        except BufferError:
+            produce_when_room(producer, self.topic, key.encode(), payload, on_delivery, lambda: producer.poll(0.05))
         producer.poll(0)
 
     def put_many(self, items: Iterable[tuple[str, dict[str, Any] | None]]) -> None:
