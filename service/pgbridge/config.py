@@ -8,6 +8,8 @@ a default. Secrets are ``SecretStr`` and never appear in ``repr`` or logs.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -21,7 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
@@ -272,8 +274,27 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment first (wins), then the YAML file passed in as init kwargs.
-        return (env_settings, init_settings)
+        # Environment first (wins), then the YAML file passed in as init kwargs. ``load_settings``
+        # may hand a mapping of its own (file secrets resolved, or a test's); os.environ is never touched.
+        environ = _ENVIRON.get()
+        return (env_settings if environ is None else _MappingEnvSource(settings_cls, environ), init_settings)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source reading a given mapping instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+        self.env_vars = self._load_env_vars()  # whatever the base class loaded in __init__
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # Settings are case-insensitive (model_config): keys are matched lower-cased
+        return {key.lower(): value for key, value in getattr(self, "_environ", {}).items()}
+
+
+# The environment ``load_settings`` builds from, for the duration of one ``Settings(...)`` call.
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("pgbridge_settings_environ", default=None)
 
 
 _ENV_KEYS_IGNORED: Final = {"PGBRIDGE_CONFIG", "PGBRIDGE_PURE_PYTHON"}  # see pgbridge.native
@@ -395,19 +416,13 @@ def load_settings(config_file: str | Path | None = None, environ: dict[str, str]
     if unknown_env:
         raise ConfigError(f"unknown environment variable {unknown_env[0]}",
                           hint="remove it; see the configuration table in README")
-    saved = None
-    if environ is not None:
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(environ)
+    token = _ENVIRON.set(environ)
     try:
         return Settings(**file_data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
     finally:
-        if saved is not None:
-            os.environ.clear()
-            os.environ.update(saved)
+        _ENVIRON.reset(token)
 
 
 REDACTED: Final = "**********"

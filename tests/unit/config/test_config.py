@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,18 @@ def test_ha_defaults_elect_a_leader_and_poll_every_second() -> None:
     assert settings.ha.leader_election is True
     assert settings.ha.standby_retry_s == 1.0
     assert settings.postgres.heartbeat_interval_s == 0.0
+
+
+def test_a_given_environment_is_read_without_touching_the_process_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGBRIDGE_KAFKA__TOPIC_PREFIX", "from_process")
+    before = dict(os.environ)
+    settings = load_settings(environ={**BASE, "PGBRIDGE_KAFKA__TOPIC_PREFIX": "given",
+                                      "PGBRIDGE_KAFKA__PROPERTIES__SASL.USERNAME": "u"})
+    assert settings.kafka.topic_prefix == "given"
+    assert settings.kafka.properties["sasl.username"].get_secret_value() == "u"
+    assert dict(os.environ) == before
+    # and the process environment is what a call without a mapping reads
+    monkeypatch.setenv("PGBRIDGE_POSTGRES__DSN", "postgresql://p")
+    monkeypatch.setenv("PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS", "k:9092")
+    assert load_settings().kafka.topic_prefix == "from_process"
