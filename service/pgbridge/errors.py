@@ -7,6 +7,8 @@ publication missing, corrupt stream); the CLI prints it as one line with its ``h
 
 from __future__ import annotations
 
+from pgbridge.lsn import format_lsn
+
 
 class PgbridgeError(Exception):
     """Root of every error pgbridge raises on purpose."""
@@ -62,7 +64,7 @@ class DecodeError(FatalError):
         if offset is not None:
             where.append(f"offset {offset}")
         if lsn is not None:
-            where.append(f"lsn {lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}")
+            where.append(f"lsn {format_lsn(lsn)}")
         detail = f"{message} at {', '.join(where)}" if where else message
         super().__init__(detail, hint="the replication stream is corrupt or from an unsupported protocol "
                          "version; set postgres.proto_version to match the server")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pgbridge.lsn import Lsn
+from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import STALL_KINDS
 
 STALL_SOURCE: Final = STALL_KINDS[0]
@@ -50,10 +50,10 @@ class Stall:
     def reason(self) -> str:
         p = self.positions
         if self.kind == STALL_SOURCE:
-            return (f"stalled: the server has WAL up to {p.server:X} but nothing was received beyond "
-                    f"{p.received:X} for {self.for_s:.0f}s")
+            return (f"stalled: the server has WAL up to {format_lsn(p.server)} but nothing was received "
+                    f"beyond {format_lsn(p.received)} for {self.for_s:.0f}s")
         return (f"stalled: {p.in_flight} records wait for Kafka and nothing was acknowledged for "
-                f"{self.for_s:.0f}s (confirmed {p.confirmed:X})")
+                f"{self.for_s:.0f}s (confirmed {format_lsn(p.confirmed)})")
 
 
 class StallWatchdog:
