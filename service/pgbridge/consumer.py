@@ -13,6 +13,10 @@ schema id as 4 bytes big-endian, the Avro body), fetching each writer schema onc
 
     store = RegistrySchemaStore({"url": "http://registry:8081"})
     event = store.decode(record_from_a_table_topic.value)
+
+A row field is null both for a SQL NULL and for a value its Avro type cannot hold (``infinity``
+dates, ``NaN`` in ``numeric(p,s)``, ...); the latter's exact text is in the envelope's
+``unrepresentable`` map, which ``unrepresentable_text`` reads (see ``docs/types.md``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastavro import parse_schema, schemaless_reader
 
@@ -29,6 +33,15 @@ from pgbridge.encode.wire import fingerprint_hex, read_confluent_schema_id, read
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
+
+
+def unrepresentable_text(event: Mapping[str, Any], image: Literal["before", "after"], column: str) -> str | None:
+    """The exact Postgres text of ``column`` in ``image`` of a decoded envelope when its Avro field
+    could not hold the value (the field is then null), else ``None``. ``column`` is the Postgres
+    column name (a field whose Avro name differs carries it as ``pg_name``)."""
+    texts = event.get("unrepresentable") or {}
+    text = texts.get(f"{image}.{column}")
+    return text if isinstance(text, str) else None
 
 
 class UnknownSchema(KeyError):

@@ -1,5 +1,5 @@
-"""``types.unconstrained_numeric: decimal`` end to end: exact decimals, ``__text`` for the rest, or a
-stop that confirms nothing past the value that did not fit (PG 15 and 18)."""
+"""``types.unconstrained_numeric: decimal`` end to end: exact decimals, the envelope's ``unrepresentable``
+map for the rest, or a stop that confirms nothing past the value that did not fit (PG 15 and 18)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,11 @@ def test_unconstrained_numeric_as_decimal_keeps_every_value_exact(pg_dsn: str, k
         records = read_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.m", min_count=6, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
     store = load_schemas(kafka_broker.bootstrap, topic_prefix)
-    rows = [store.decode(r.value)["after"] for r in records if r.value is not None]
-    assert [(r["v"], r["v__text"], r["vs"], r["vs__text"]) for r in rows] == [
+    events = [store.decode(r.value) for r in records if r.value is not None]
+    assert all(list(e["after"]) == ["id", "v", "vs"] for e in events)  # one field per column, no other
+    unrepresentable = [e["unrepresentable"] or {} for e in events]
+    assert [(e["after"]["v"], u.get("after.v"), e["after"]["vs"], u.get("after.vs"))
+            for e, u in zip(events, unrepresentable, strict=True)] == [
         (Decimal("1234567890123456.7891"), None, [Decimal("1.5000"), None, Decimal("-0.0001")], None),
         (None, "12345678901234567", [], None),  # 17 integer digits > 20 - 4
         (None, "0.00001", None, None),  # a fifth fraction digit would be rounded away
@@ -52,6 +55,7 @@ def test_unconstrained_numeric_as_decimal_keeps_every_value_exact(pg_dsn: str, k
         (Decimal("-1.5000"), None, None, None),
         (None, None, None, None),
     ]
+    assert all(set(u) <= {"after.v", "after.vs"} for u in unrepresentable)
 
 
 def test_fail_overflow_stops_before_confirming_and_a_wider_decimal_resumes(pg_dsn: str, kafka_broker: Broker,
@@ -78,5 +82,5 @@ def test_fail_overflow_stops_before_confirming_and_a_wider_decimal_resumes(pg_ds
         records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
     store = load_schemas(kafka_broker.bootstrap, topic_prefix)
-    last = store.decode([r for r in records if r.value is not None][-1].value)["after"]
-    assert (last["id"], last["v"], last["v__text"]) == (2, Decimal("0.000010"), None)
+    last = store.decode([r for r in records if r.value is not None][-1].value)
+    assert (last["after"]["id"], last["after"]["v"], last["unrepresentable"]) == (2, Decimal("0.000010"), None)

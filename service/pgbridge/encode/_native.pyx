@@ -11,7 +11,11 @@ ever handles values whose result it can compute exactly.
 
 Binary (``postgres.binary``) values of integers, floats, bool, ``numeric(p,s)``, timestamps, dates
 and text-like types are converted here too (``envelope.native_binary_code``). ``encode_envelope`` returns ``None`` when a row holds an
-unchanged-TOAST column: the Python path handles those (they need per-column bookkeeping).
+unchanged-TOAST column: the Python path handles those (they need per-column bookkeeping). A value
+its field cannot hold (``infinity``, ``NaN``, ...) makes the column's Python field encoder raise
+``Unrepresentable``; it leaves this module and the caller writes the whole envelope in Python,
+which writes the null field and the value's text in the envelope's ``unrepresentable`` map. The
+kernel itself always writes that map as null.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -119,11 +123,11 @@ cdef inline void put_branch(Buf *b, bint branch):
         put_byte(b, 2)
 
 
-cdef inline void put_companion_long(Buf *b, int64_t value):
-    """A companion codec's field holding ``value``: value branch, the long, the ``__text`` null."""
-    put_byte(b, 2)
+cdef inline void put_branch_long(Buf *b, bint branch, int64_t value):
+    """A date/time field holding ``value``: the union's value branch (also the natural branch of a
+    companion key field ``["null", T, "string"]``, which is never bare) and the long."""
+    put_branch(b, branch)
     put_long(b, value)
-    put_byte(b, 0)
 
 
 cdef inline void buf_init(Buf *b, char *stack, Py_ssize_t size):
@@ -306,9 +310,9 @@ cdef inline int parse_timestamp(const unsigned char *p, Py_ssize_t n, bint with_
     return 1
 
 
-cdef inline int put_companion_decimal(Buf *b, int64_t v):
+cdef inline int put_branch_decimal(Buf *b, bint branch, int64_t v):
     """A ``numeric(p,s)`` field holding the unscaled ``v``: value branch, the Avro decimal bytes as
-    ``wire.write_decimal_bytes`` writes them (width ``bit_length // 8 + 1``), the ``__text`` null."""
+    ``wire.write_decimal_bytes`` writes them (width ``bit_length // 8 + 1``)."""
     cdef uint64_t magnitude = <uint64_t>(-v) if v < 0 else <uint64_t>v
     cdef int bits = 0
     cdef int size, k
@@ -316,11 +320,10 @@ cdef inline int put_companion_decimal(Buf *b, int64_t v):
         bits += 1
         magnitude >>= 1
     size = (bits + 8) // 8
-    put_byte(b, 2)
+    put_branch(b, branch)
     put_varint(b, <uint64_t>(size * 2))
     for k in range(size - 1, -1, -1):
         put_byte(b, <char>((v >> (8 * k)) & 0xFF))
-    put_byte(b, 0)
     return 0
 
 
@@ -331,7 +334,8 @@ cdef inline void put_le(Buf *b, uint64_t bits, int size):
 
 
 cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallback) except -1:
-    """One column's field bytes: the union branch (unless bare), the value, a companion's null."""
+    """One column's field bytes: the union branch (unless bare) and the value; ``fallback`` (the
+    column's Python field encoder) for anything else, which may raise ``Unrepresentable``."""
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(raw)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
     cdef int64_t value
@@ -360,7 +364,7 @@ cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallbac
             return 0
     elif code == C_DECIMAL:
         if parse_decimal(p, n, scale, &value):
-            put_companion_decimal(b, value)
+            put_branch_decimal(b, branch, value)
             return 0
     elif code == C_BOOL:
         if n == 1 and (p[0] == 116 or p[0] == 102):  # 't' / 'f'
@@ -369,11 +373,11 @@ cdef int write_text_field(Buf *b, int code, int scale, bytes raw, object fallbac
             return 0
     elif code == C_TIMESTAMPTZ or code == C_TIMESTAMP:
         if parse_timestamp(p, n, code == C_TIMESTAMPTZ, &value):
-            put_companion_long(b, value)
+            put_branch_long(b, branch, value)
             return 0
     elif code == C_DATE:
         if n == 10 and parse_date(p, n, &value):
-            put_companion_long(b, value)
+            put_branch_long(b, branch, value)
             return 0
     elif code == C_DOUBLE or code == C_FLOAT:
         if n > 0 and (48 <= p[0] <= 57 or p[0] == 45):
@@ -469,21 +473,21 @@ cdef int write_binary_field(Buf *b, int code, int scale, bytes raw, object fallb
         return 0
     elif code == B_TIMESTAMP and n == 8:
         value = <int64_t>read_be(p, 8)
-        if -(1 << 62) < value < (1 << 62):  # ±infinity and the far edges: Python's companion rules
-            put_companion_long(b, value + 946684800000000)  # 2000-01-01 in Unix microseconds
+        if -(1 << 62) < value < (1 << 62):  # ±infinity and the far edges: Python's rules
+            put_branch_long(b, branch, value + 946684800000000)  # 2000-01-01 in Unix microseconds
             return 0
         return put_bytes(b, fallback(raw))
     elif code == B_DATE and n == 4:
         value = <int32_t>read_be(p, 4)
         if -(1 << 30) < value < (1 << 30):
-            put_companion_long(b, value + 10957)  # 2000-01-01 in Unix days
+            put_branch_long(b, branch, value + 10957)  # 2000-01-01 in Unix days
             return 0
         return put_bytes(b, fallback(raw))
     elif code == B_STRING:
         return write_text_field(b, C_STRING | (0 if branch else BARE), 0, raw, fallback)
     elif code == B_DECIMAL:
         if numeric_binary_unscaled(p, n, scale, &value):
-            put_companion_decimal(b, value)
+            put_branch_decimal(b, branch, value)
             return 0
         return put_bytes(b, fallback(raw))
     else:
@@ -592,7 +596,9 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
             reserve(&b, 20)
             put_long(&b, total_order)
             put_long(&b, collection_order)
+        reserve(&b, 2)
         put_byte(&b, 0)  # unchanged_toast_columns: empty (no 'u' column reaches this path)
+        put_byte(&b, 0)  # unrepresentable: null (an unrepresentable value raised in its fallback)
         return PyBytes_FromStringAndSize(b.data, b.length)
     finally:
         if b.heap:

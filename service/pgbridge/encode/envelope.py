@@ -46,7 +46,14 @@ from pgbridge.decode.messages import (
 )
 from pgbridge.encode import schemas
 from pgbridge.encode.schemas import Schema
-from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames
+from pgbridge.encode.types import (
+    EncodeError,
+    NumericPolicy,
+    TypeCatalog,
+    TypeCodec,
+    TypeNames,
+    Unrepresentable,
+)
 from pgbridge.encode.wire import (
     EMPTY_ARRAY,
     FALSE,
@@ -58,6 +65,7 @@ from pgbridge.encode.wire import (
     write_long,
     write_string,
     write_string_array,
+    write_string_map,
 )
 from pgbridge.errors import SchemaError
 
@@ -207,7 +215,8 @@ def native_binary_code(codec: TypeCodec) -> str:
 
 class _NativePlan(NamedTuple):
     """A plan's inputs to the compiled kernel (``encode/_native.pyx``): its ``Columns`` of the row
-    (nullable fields) and of the key (bare values, except companion codecs' fields)."""
+    (nullable fields) and of the key (bare values, except companion codecs' ``["null", T,
+    "string"]`` fields, written with their union branch)."""
 
     row: Any
     key: Any
@@ -221,7 +230,7 @@ def _native_plan(codecs: tuple[TypeCodec, ...], key_indexes: tuple[int, ...], te
     codes = _native.CODES
     text = [native_code(codec) for codec in codecs]
     binary = [codes[native_binary_code(codec)] for codec in codecs]
-    nulls = tuple(codec.null_field for codec in codecs)
+    nulls = (NULL_BRANCH,) * len(codecs)
     row = _native.Columns(bytes(codes[name] for name, _ in text), bytes(scale for _, scale in text), text_fields,
                           bytes(binary), binary_fields, nulls)
     bare = [0 if codecs[i].companion else codes["bare"] for i in key_indexes]
@@ -236,9 +245,9 @@ def _native_plan(codecs: tuple[TypeCodec, ...], key_indexes: tuple[int, ...], te
 class _TablePlan:
     """Everything needed to write one Relation version's records, computed once."""
 
-    __slots__ = ("all_text", "binary_fields", "column_names", "key_binary", "key_header", "key_indexes",
-                 "key_schema", "key_text", "native", "ncols", "null_fields", "pg_types", "source_head", "table",
-                 "text_fields", "toast_policy", "topic", "value_header", "value_schema")
+    __slots__ = ("after_labels", "all_text", "before_labels", "binary_fields", "column_names", "key_binary",
+                 "key_header", "key_indexes", "key_schema", "key_text", "native", "ncols", "pg_types", "source_head",
+                 "table", "text_fields", "toast_policy", "topic", "value_header", "value_schema")
 
     def __init__(self, *, relation: Relation, topic: str, database: str, codecs: tuple[TypeCodec, ...],
                  key_indexes: tuple[int, ...], key_schema: Schema | None, value_schema: Schema,
@@ -250,16 +259,17 @@ class _TablePlan:
         self.ncols = len(relation.columns)
         self.all_text = bytes([KIND_TEXT]) * self.ncols
         self.pg_types = tuple(codec.pg_type for codec in codecs)
-        # Row fields: each encoder writes the union branch, the value and, for a companion codec,
-        # the ``__text`` sibling, so the row loop is one call and one append per column.
+        # Row fields: each encoder writes the union branch and the value, so the row loop is one
+        # call and one append per column; a companion codec's encoder raises ``Unrepresentable``
+        # for a value its field cannot hold (the slow loop writes the null and records the text).
         self.text_fields: tuple[_RawEncoder, ...] = tuple(codec.field_text_encoder() for codec in codecs)
         self.binary_fields: tuple[_RawEncoder, ...] = tuple(codec.field_binary_encoder() for codec in codecs)
-        self.null_fields = tuple(codec.null_field for codec in codecs)
-        # Key fields are bare values, except companion codecs' (nullable, with their sibling).
-        self.key_text: dict[int, _RawEncoder] = {i: codecs[i].field_text_encoder() if codecs[i].companion else codecs[i].text_encoder()
-                         for i in key_indexes}
-        self.key_binary: dict[int, _RawEncoder] = {i: codecs[i].field_binary_encoder() if codecs[i].companion
-                           else codecs[i].binary_encoder() for i in key_indexes}
+        # The ``unrepresentable`` map's keys: ``before.<column>`` / ``after.<column>`` (Postgres names).
+        self.before_labels = tuple(f"before.{name}" for name in self.column_names)
+        self.after_labels = tuple(f"after.{name}" for name in self.column_names)
+        # Key fields are bare values, except companion codecs' (``["null", T, "string"]``).
+        self.key_text: dict[int, _RawEncoder] = {i: codecs[i].key_text_encoder() for i in key_indexes}
+        self.key_binary: dict[int, _RawEncoder] = {i: codecs[i].key_binary_encoder() for i in key_indexes}
         self.key_indexes = key_indexes
         self.key_schema = key_schema
         self.value_schema = value_schema
@@ -270,32 +280,41 @@ class _TablePlan:
         self.native = (_native_plan(codecs, key_indexes, self.text_fields, self.binary_fields, self.key_text,
                                     self.key_binary) if native else None)
 
-    def write_row(self, row: TupleData, parts: list[bytes]) -> list[str] | None:
-        """Append the ``Value`` record of ``row``; return the unchanged-TOAST column names, if any."""
+    def write_row(self, row: TupleData, parts: list[bytes], labels: tuple[str, ...],
+                  unrepresentable: list[tuple[str, str]]) -> list[str] | None:
+        """Append the ``Value`` record of ``row``; return the unchanged-TOAST column names, if any.
+
+        A value its field cannot hold is written as null and ``(label, text)`` appended to
+        ``unrepresentable`` (``labels`` are this image's map keys, one per column)."""
         kinds = row.kinds
         append = parts.append
         if kinds == self.all_text:  # the common case: every column sent as text
+            start = len(parts)
             try:
                 for raw, encode in zip(row.values, self.text_fields, strict=True):
                     append(encode(raw))
+                return None
+            except Unrepresentable:
+                del parts[start:]  # rare: written again below, column by column
             except _ROW_ERRORS as exc:
                 raise self.locate_error(row, exc) from exc
-            return None
-        if len(kinds) != self.ncols:
+        elif len(kinds) != self.ncols:
             raise EncodeError(f"row of {self.table} has {len(kinds)} columns, its relation {self.ncols}",
                               hint="the relation cache is out of step with the stream; restart pgbridge")
         unchanged: list[str] | None = None
         try:
-            for kind, raw, text, binary, null, name in zip(kinds, row.values, self.text_fields, self.binary_fields,
-                                                           self.null_fields, self.column_names, strict=True):
-                if kind == KIND_TEXT:
-                    append(text(raw))
-                elif kind == KIND_BINARY:
-                    append(binary(raw))
+            for kind, raw, text, binary, name, label in zip(kinds, row.values, self.text_fields, self.binary_fields,
+                                                            self.column_names, labels, strict=True):
+                if kind in _VALUE_KINDS:
+                    try:
+                        append(text(raw) if kind == KIND_TEXT else binary(raw))
+                    except Unrepresentable as exc:
+                        append(NULL_BRANCH)
+                        unrepresentable.append((label, _text_of(exc)))
                 elif kind == KIND_NULL:
-                    append(null)
+                    append(NULL_BRANCH)
                 elif kind == KIND_UNCHANGED_TOAST:
-                    append(null)
+                    append(NULL_BRANCH)
                     if unchanged is None:
                         unchanged = []
                     unchanged.append(name)
@@ -315,6 +334,8 @@ class _TablePlan:
                     self.text_fields[i](raw)
                 elif kind == KIND_BINARY:
                     self.binary_fields[i](raw)
+            except Unrepresentable:
+                continue  # written as null with its text: not an error
             except _ROW_ERRORS as again:
                 return self.column_error(i, again)
         return exc if isinstance(exc, EncodeError) else EncodeError(f"cannot encode a row of {self.table}: {exc}",
@@ -539,22 +560,25 @@ class ChangeEncoder:
                 value: bytes | None = _native.encode_envelope(
                     plan.value_header, before, after, native.row, op, plan.source_head, lsn, source_tail, snapshot,
                     origin, transaction_id if in_transaction else None, ctx.total_order, ctx.collection_order)
-            except _ROW_ERRORS:
-                value = None  # the Python path below raises the same error, naming the column
+            except (*_ROW_ERRORS, Unrepresentable):
+                # the Python path below raises the same error, naming the column, or records the
+                # unrepresentable value's text in the envelope's map
+                value = None
             if value is not None:
                 return value
         parts = [plan.value_header]
+        unrepresentable: list[tuple[str, str]] = []
         if before is None:
             parts.append(NULL_BRANCH)
         else:
             parts.append(VALUE_BRANCH)
-            plan.write_row(before, parts)
+            plan.write_row(before, parts, plan.before_labels, unrepresentable)
         unchanged = None
         if after is None:
             parts.append(NULL_BRANCH)
         else:
             parts.append(VALUE_BRANCH)
-            unchanged = plan.write_row(after, parts)
+            unchanged = plan.write_row(after, parts, plan.after_labels, unrepresentable)
         source_tail, origin, transaction_id = self._context(ctx)
         parts += (op, plan.source_head, write_long(lsn), source_tail, TRUE if snapshot else FALSE, origin)
         if in_transaction:
@@ -562,6 +586,7 @@ class ChangeEncoder:
         else:
             parts.append(NULL_BRANCH)
         parts.append(EMPTY_ARRAY if unchanged is None else write_string_array(unchanged))
+        parts.append(VALUE_BRANCH + write_string_map(unrepresentable) if unrepresentable else NULL_BRANCH)
         return b"".join(parts)
 
     def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:
@@ -727,6 +752,14 @@ class _FixedRecord:
         buffer.write(header)
         schemaless_writer(buffer, self.parsed, datum)
         return buffer.getvalue()
+
+
+def _text_of(exc: Unrepresentable) -> str:
+    """The text an unrepresentable value is published as (row field encoders always set it)."""
+    if exc.text is None:
+        raise EncodeError("a value has no Avro form and no text to publish it as",
+                          hint="report this as a pgbridge bug with the column's type") from exc
+    return exc.text
 
 
 def _require(row: TupleData | None, op: str, plan: _TablePlan) -> TupleData:

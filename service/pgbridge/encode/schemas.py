@@ -131,7 +131,8 @@ SOURCE_LAYOUT: Final = (("db", "string"), ("schema", "string"), ("table", "strin
 TRANSACTION_LAYOUT: Final = (("id", "string"), ("total_order", "long"), ("data_collection_order", "long"))
 ENVELOPE_LAYOUT: Final = (("before", ["null", "Value"]), ("after", ["null", "Value"]), ("op", "string"),
                           ("source", "pgbridge.Source"), ("transaction", ["null", "pgbridge.Transaction"]),
-                          ("unchanged_toast_columns", {"type": "array", "items": "string"}))
+                          ("unchanged_toast_columns", {"type": "array", "items": "string"}),
+                          ("unrepresentable", ["null", {"type": "map", "values": "string"}]))
 
 
 def _layout(schema: Schema) -> tuple[tuple[str, Any], ...]:
@@ -167,28 +168,6 @@ def field_names(columns: Iterable[Column]) -> tuple[str, ...]:
     return distinct_avro_names([c.name for c in columns])
 
 
-COMPANION_SUFFIX: Final = "__text"
-
-
-def companion_names(names: tuple[str, ...], codecs: tuple[TypeCodec, ...]) -> tuple[str | None, ...]:
-    """The ``{field}__text`` sibling of each companion column (``None`` for the others), made
-    distinct from every column field and from each other."""
-    used = set(names)
-    out: list[str | None] = []
-    for name, codec in zip(names, codecs, strict=True):
-        if not codec.companion:
-            out.append(None)
-            continue
-        base = candidate = f"{name}{COMPANION_SUFFIX}"
-        suffix = 2
-        while candidate in used:
-            candidate = f"{base}_{suffix}"
-            suffix += 1
-        used.add(candidate)
-        out.append(candidate)
-    return tuple(out)
-
-
 # --- per-table schemas ----------------------------------------------------------------------------
 
 
@@ -198,10 +177,11 @@ def column_codecs(relation: Relation, type_names: TypeNames | None, catalog: Typ
                  for c in relation.columns)
 
 
-def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schema:
-    avro = copy.deepcopy(codec.avro)
-    out: Schema = {"name": name, "type": ["null", avro] if nullable else avro}
-    if nullable:
+def _field(name: str, column: Column, codec: TypeCodec, key: bool) -> Schema:
+    """A row field (``["null", T]``, default null) or a key field (``codec.key_avro``)."""
+    avro = copy.deepcopy(codec.key_avro if key else codec.avro)
+    out: Schema = {"name": name, "type": avro if key else ["null", avro]}
+    if not key:
         out["default"] = None
     out["pg_type"] = codec.pg_type
     if name != column.name:
@@ -211,19 +191,9 @@ def _field(name: str, column: Column, codec: TypeCodec, nullable: bool) -> Schem
 
 
 def _fields(names: tuple[str, ...], columns: tuple[Column, ...], codecs: tuple[TypeCodec, ...],
-            indexes: Iterable[int], nullable: bool) -> list[Schema]:
-    """Fields of the columns at ``indexes``; a companion codec's field is always nullable and is
-    followed by its ``__text`` sibling (null unless the value is outside the typed field's range)."""
-    siblings = companion_names(names, codecs)
-    fields: list[Schema] = []
-    for i in indexes:
-        codec = codecs[i]
-        fields.append(_field(names[i], columns[i], codec, nullable or codec.companion))
-        sibling = siblings[i]
-        if sibling is not None:
-            fields.append({"name": sibling, "type": ["null", "string"], "default": None,
-                           "pg_text_of": columns[i].name})
-    return _define_named_types_once(fields)
+            indexes: Iterable[int], key: bool) -> list[Schema]:
+    """One field per column at ``indexes`` and no other field (the contract's row record)."""
+    return _define_named_types_once([_field(names[i], columns[i], codecs[i], key) for i in indexes])
 
 
 def _define_named_types_once(fields: list[Schema]) -> list[Schema]:
@@ -240,7 +210,7 @@ def row_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...]
                names: tuple[str, ...]) -> Schema:
     """The ``Value`` record: every column, every field ``["null", T]`` with default null."""
     return {"type": "record", "name": "Value", "namespace": namespace,
-            "fields": _fields(names, relation.columns, codecs, range(len(codecs)), True)}
+            "fields": _fields(names, relation.columns, codecs, range(len(codecs)), False)}
 
 
 def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...], names: tuple[str, ...],
@@ -249,12 +219,14 @@ def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...]
 
     Key fields are not nullable: primary-key and replica-identity-index columns are NOT NULL in
     Postgres, and a non-null key keeps compaction and partitioning well defined. The exception is
-    a type with a companion (a ``timestamp`` key may hold ``infinity``): nullable, with its sibling.
+    a companion type (a ``timestamp`` key may hold ``infinity``): ``["null", T, "string"]``, the
+    string branch holding the exact text of a value ``T`` cannot hold, so two such rows keep two
+    distinct keys (the envelope's ``unrepresentable`` map does not exist in a key).
     """
     if not key_indexes:
         return None
     return {"type": "record", "name": "Key", "namespace": namespace,
-            "fields": _fields(names, relation.columns, codecs, key_indexes, False)}
+            "fields": _fields(names, relation.columns, codecs, key_indexes, True)}
 
 
 def envelope_schema(namespace: str, row: Schema) -> Schema:

@@ -121,6 +121,15 @@ def write_string_array(items: list[str] | tuple[str, ...]) -> bytes:
     return write_long(len(items)) + b"".join(write_string(s) for s in items) + EMPTY_ARRAY
 
 
+def write_string_map(items: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> bytes:
+    """Avro ``{"type": "map", "values": "string"}`` as one block, entries in the order given (the
+    order is the caller's, so the same entries always yield the same bytes)."""
+    if not items:
+        return EMPTY_ARRAY
+    return (write_long(len(items)) + b"".join(write_string(k) + write_string(v) for k, v in items)
+            + EMPTY_ARRAY)
+
+
 # --- Parsing Canonical Form and fingerprints ------------------------------------------------------
 
 PRIMITIVES: Final = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})

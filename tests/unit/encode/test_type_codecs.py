@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from pgbridge.encode.types import (
     EncodeError,
     TypeCodec,
+    Unrepresentable,
     civil_to_unix_days,
     codec_for,
     decimal_unscaled,
@@ -57,17 +58,22 @@ def text_value(oid: int, raw: bytes, typmod: int = -1, **kwargs: Any) -> Any:
 
 
 def field(codec: TypeCodec, raw: bytes, *, binary: bool = False, logical: bool = True) -> tuple[Any, Any]:
-    """(typed field, ``__text`` companion) as a consumer reads them from a row record."""
+    """(typed field, the text for the envelope's ``unrepresentable`` map) as a consumer reads them:
+    a value the field cannot hold is a null field and its text (only companion codecs have such)."""
     encoder = codec.field_binary_encoder() if binary else codec.field_text_encoder()
     avro = codec.avro if logical else strip_logical_types(codec.avro)
-    fields = [{"name": "v", "type": ["null", avro]}]
-    if codec.companion:
-        fields.append({"name": "v__text", "type": ["null", "string"]})
-    stream = io.BytesIO(encoder(raw))
-    record = schemaless_reader(stream, parse_schema({"type": "record", "name": "R", "fields": fields}), None)
+    try:
+        body = encoder(raw)
+    except Unrepresentable as exc:
+        assert codec.companion, f"{codec.pg_type} is not a companion codec but has unrepresentable values"
+        assert isinstance(exc.text, str)
+        return None, exc.text
+    stream = io.BytesIO(body)
+    schema = {"type": "record", "name": "R", "fields": [{"name": "v", "type": ["null", avro]}]}
+    record = schemaless_reader(stream, parse_schema(schema), None)
     assert stream.read() == b"", "the Avro body has trailing bytes"
     assert isinstance(record, dict)
-    return record["v"], record.get("v__text")
+    return record["v"], None
 
 
 # --- type modifiers -------------------------------------------------------------------------------

@@ -17,11 +17,12 @@ have values their natural Avro type cannot hold: ``±infinity`` dates and timest
 ``±Infinity`` in a constrained ``numeric``, arrays with several dimensions or a lower bound other
 than 1, ranges with an infinite bound, ``infinity`` intervals (Postgres 17+). Such a type's codec
 is marked ``companion``: its row field keeps the natural type (so Spark sees a real ``date``,
-``timestamp`` or ``decimal`` column), and a sibling field ``{column}__text`` (``["null",
-"string"]``) is added after it. For every representable value the sibling is null; for a value
-the natural type cannot hold the typed field is null and the sibling carries a Postgres literal
-of the value (its text output; ``'infinity'``, ``'NaN'``, ``'{{1,2},{3,4}}'``). Converters signal
-this with ``Unrepresentable``. The full table with the reasons is ``docs/types.md``.
+``timestamp`` or ``decimal`` column) and the row record keeps exactly one field per column; for
+a value the natural type cannot hold the field is null and the envelope's ``unrepresentable``
+map carries a Postgres literal of the value (its text output; ``'infinity'``, ``'NaN'``,
+``'{{1,2},{3,4}}'``) under ``before.<column>`` / ``after.<column>``. As a key field such a type is
+``["null", T, "string"]``, the text in the string branch. Converters signal this with
+``Unrepresentable``. The full table with the reasons is ``docs/types.md``.
 
 Other choices, in short:
 
@@ -37,7 +38,7 @@ Other choices, in short:
   ``bytea_output`` hex or escape and ``client_encoding=UTF8`` (see ``source/connection.py``).
 * Domains encode as their base type (named after the domain); arrays of catalog types as arrays
   of their element's codec; composite types as records of their attributes (a companion: a value
-  the record cannot hold goes whole to ``__text``); enums, ``money``, geometric, network and
+  the record cannot hold goes whole to the ``unrepresentable`` map); enums, ``money``, geometric, network and
   text-search types, and any unknown OID are ``string`` with Postgres's text: always exact and
   decodable.
 * Binary (pgoutput ``binary 'true'``, a session-wide option) sends every type that has a send

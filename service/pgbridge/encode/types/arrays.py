@@ -1,8 +1,8 @@
-"""Arrays: a one-dimensional Avro array of nullable elements, any other shape in the companion.
+"""Arrays: a one-dimensional Avro array of nullable elements, any other shape unrepresentable.
 
 Postgres arrays may have several dimensions and a lower bound other than 1; an Avro array has
-neither, so such a value is ``Unrepresentable`` and goes whole, as its literal, to
-``{column}__text``. The text parser follows ``array_in``; the binary reader ``array_send``.
+neither, so such a value is ``Unrepresentable``: the field is null and the whole literal goes to
+the envelope's ``unrepresentable`` map. The text parser follows ``array_in``; the binary reader ``array_send``.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _binary_array_text(raw: bytes, element_text: Callable[[bytes], str] | None, 
 
 
 def array_codec(name: str, element: TypeCodec, delimiter: bytes) -> TypeCodec:
-    """A one-dimensional Avro array of nullable elements; any other shape goes to the companion."""
+    """A one-dimensional Avro array of nullable elements; any other shape is ``Unrepresentable``."""
     elem_text, elem_binary, elem_write = element.from_text, element.from_binary, element.write
     elem_text_of_binary = element.text_of_binary
     delim = delimiter.decode()

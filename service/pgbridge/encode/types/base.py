@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from pgbridge.encode.wire import NULL_BRANCH, VALUE_BRANCH, AvroSchema, write_length, write_long, write_string
+from pgbridge.encode.wire import VALUE_BRANCH, AvroSchema, write_length, write_long, write_string
 from pgbridge.errors import FatalError
 
 # --- errors ---------------------------------------------------------------------------------------
@@ -24,16 +24,18 @@ class EncodeError(FatalError):
     """A value or relation that cannot be written faithfully in the contract's Avro form.
 
     Raised instead of writing a value that would misrepresent the row; the encoder adds the table
-    and column. With the ``__text`` companion fields this is left for malformed input and for
-    binary values of types pgbridge cannot read in binary.
+    and column. With the envelope's ``unrepresentable`` map this is left for malformed input and
+    for binary values of types pgbridge cannot read in binary.
     """
 
 
 class Unrepresentable(Exception):
-    """The value is valid but its codec's Avro type cannot hold it: write it to the companion.
+    """The value is valid but its codec's Avro type cannot hold it: its field is null and its text
+    goes to the envelope's ``unrepresentable`` map.
 
     ``text`` is a Postgres literal of the value when the converter knows one (always in binary
-    mode when it can be built); in text mode the encoder uses the raw text itself.
+    mode when it can be built); in text mode the encoder uses the raw text itself. The row field
+    encoders of ``TypeCodec`` raise it again with ``text`` always set, for the row writer to record.
     """
 
     def __init__(self, text: str | None = None) -> None:
@@ -79,7 +81,8 @@ KernelText = Literal["string", "long", "bool", "double", "float", "decimal", "ti
 KernelBinary = Literal["binary_string", "binary_int2", "binary_int4", "binary_int8", "binary_oid", "binary_float4",
                        "binary_float8", "binary_bool", "binary_timestamp", "binary_date", "binary_decimal"]
 """The compiled kernel's conversions of binary (send format) values (``_native.CODES``)."""
-_NULL_THEN_TEXT: Final = NULL_BRANCH + VALUE_BRANCH
+KEY_TEXT_BRANCH: Final = b"\x04"
+"""Union branch 2 (``"string"``) of a companion codec's key field ``["null", T, "string"]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +91,10 @@ class TypeCodec:
 
     ``avro`` is the non-null fragment; row fields wrap it as ``["null", avro]``. ``text_to_avro``
     is an optional fused fast path equal to ``write(from_text(raw))``. ``companion`` codecs may
-    raise ``Unrepresentable`` and get a ``{column}__text`` sibling field. ``text_of_binary`` turns
-    a binary value into a Postgres literal (for companions and for arrays' element texts).
+    raise ``Unrepresentable``: their row field is then null and the value's text goes to the
+    envelope's ``unrepresentable`` map; as key fields they are ``["null", avro, "string"]`` with
+    the text in the string branch (``key_avro``). ``text_of_binary`` turns a binary value into a
+    Postgres literal (for unrepresentable values and for arrays' element texts).
 
     ``kernel`` and ``kernel_binary`` name the compiled kernel's conversion that writes exactly what
     this codec's field encoders write, declared where the codec is built; ``None`` leaves the column
@@ -139,14 +144,22 @@ class TypeCodec:
         return lambda raw: write(convert(raw))
 
     @property
-    def null_field(self) -> bytes:
-        """The field (and companion) bytes of a NULL or absent value."""
-        return NULL_BRANCH + NULL_BRANCH if self.companion else NULL_BRANCH
+    def key_avro(self) -> AvroSchema:
+        """The key field's type: the bare ``avro``, or for a companion codec ``["null", avro,
+        "string"]``, so an unrepresentable key value keeps its exact text and distinct rows keep
+        distinct Kafka keys (a null would collapse every ``infinity`` key onto one)."""
+        if not self.companion:
+            return self.avro
+        if self.avro == "string":
+            raise ValueError(f"codec of {self.pg_type} is a companion but already a string")
+        return ["null", self.avro, "string"]
 
     def field_text_encoder(self) -> FieldEncoder:
-        """Raw text → the bytes of the nullable field, and of its companion when it has one.
+        """Raw text → the bytes of the nullable row field.
 
-        The hot path of the encoder: each is one call per column, fused where a type allows."""
+        The hot path of the encoder: each is one call per column, fused where a type allows. A
+        companion codec's encoder raises ``Unrepresentable`` carrying the raw text for a value its
+        field cannot hold; the row writer writes the null and records the text."""
         convert, write = self.from_text, self.write
         if not self.companion:
             fused = _FUSED_TEXT_FIELDS.get(self.text_to_avro) if self.text_to_avro is not None else None
@@ -159,14 +172,15 @@ class TypeCodec:
 
         def encode(raw: bytes) -> bytes:
             try:
-                return VALUE_BRANCH + write(convert(raw)) + NULL_BRANCH
+                return VALUE_BRANCH + write(convert(raw))
             except Unrepresentable:
-                return _NULL_THEN_TEXT + string_raw_to_avro(raw)
+                raise Unrepresentable(text_from_utf8(raw)) from None
 
         return encode
 
     def field_binary_encoder(self) -> FieldEncoder:
-        """Raw binary → the bytes of the nullable field, and of its companion when it has one."""
+        """Raw binary → the bytes of the nullable row field; as ``field_text_encoder``, with the
+        text rebuilt from the binary value (``EncodeError`` when pgbridge cannot print it)."""
         body = self.binary_encoder()
         if not self.companion:
             return lambda raw: VALUE_BRANCH + body(raw)
@@ -174,14 +188,38 @@ class TypeCodec:
 
         def encode(raw: bytes) -> bytes:
             try:
-                return VALUE_BRANCH + body(raw) + NULL_BRANCH
+                return VALUE_BRANCH + body(raw)
             except Unrepresentable as exc:
                 if exc.text is None:
                     raise EncodeError(f"a binary value of type {pg_type} has no Avro form and pgbridge "
                                       "cannot print it as text", hint=BINARY_HINT) from None
-                return _NULL_THEN_TEXT + write_string(exc.text)
+                raise Unrepresentable(exc.text) from None
 
         return encode
+
+    def key_text_encoder(self) -> FieldEncoder:
+        """Raw text → the bytes of the key field (``key_avro``): the bare value, or a companion's
+        union branch with the value or, for an unrepresentable value, its text."""
+        if not self.companion:
+            return self.text_encoder()
+        return _key_encoder(self.field_text_encoder())
+
+    def key_binary_encoder(self) -> FieldEncoder:
+        """Raw binary → the bytes of the key field, as ``key_text_encoder``."""
+        if not self.companion:
+            return self.binary_encoder()
+        return _key_encoder(self.field_binary_encoder())
+
+
+def _key_encoder(field_encoder: FieldEncoder) -> FieldEncoder:
+    def encode(raw: bytes) -> bytes:
+        try:
+            return field_encoder(raw)
+        except Unrepresentable as exc:
+            assert exc.text is not None, "row field encoders always name the text"
+            return KEY_TEXT_BRANCH + write_string(exc.text)
+
+    return encode
 
 
 # --- converters shared by the families ------------------------------------------------------------

@@ -104,7 +104,7 @@ def composite_codec(name: str, info: PgTypeInfo, members: list[CompositeMember],
     """A composite as an Avro record of its attributes.
 
     Always a companion: a value the record cannot hold exactly goes whole, as its ``record_out``
-    literal, to ``{column}__text``. That covers an attribute value its field cannot hold
+    literal, to the envelope's ``unrepresentable`` map (the field is null). That covers an attribute value its field cannot hold
     (``infinity`` in a date attribute) and a value whose shape no longer matches the attributes
     read from the catalog (``ALTER TYPE ... ADD/DROP ATTRIBUTE`` reaches the encoder only with the
     next Relation message, which Postgres does not send for it). Such a value's fields are printed

@@ -167,7 +167,7 @@ def _timestamp_micros(raw: bytes, with_zone: bool) -> int:
     micros = (days * _SECONDS_PER_DAY - offset) * US_PER_SECOND + _time_of_day_micros(rest)
     if not INT64_MIN < micros < INT64_MAX:
         # Beyond about year 294247 a long of microseconds since 1970 overflows; Postgres allows
-        # timestamps up to 294276 AD. Kept exactly in the companion.
+        # timestamps up to 294276 AD. Kept exactly in the unrepresentable map.
         raise Unrepresentable(raw.decode())
     return micros
 

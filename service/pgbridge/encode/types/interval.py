@@ -2,7 +2,7 @@
 
 No single duration expresses an interval (a month has no fixed length), so the record keeps the
 three apart. Text is parsed as printed with ``IntervalStyle=postgres``; ``±infinity`` (Postgres
-17+) is ``Unrepresentable`` and goes to the companion.
+17+) is ``Unrepresentable`` and goes to the envelope's ``unrepresentable`` map.
 """
 
 from __future__ import annotations

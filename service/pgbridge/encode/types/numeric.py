@@ -2,7 +2,8 @@
 
 Unconstrained ``numeric`` is a ``string`` with Postgres's exact text: its values carry any scale
 (up to 16383 fraction digits) and ``NaN``/``±Infinity``, so no single decimal scale holds them
-without rounding; ``NumericPolicy`` opts into a decimal with the overflow in ``{column}__text``.
+without rounding; ``NumericPolicy`` opts into a decimal with the overflow in the envelope's
+``unrepresentable`` map.
 ``numeric(p,s)`` is an exact ``decimal(p,s)`` (negative scales and scales above the precision,
 Postgres 15+, get ``scale = max(s, 0)`` and room for every value).
 """
@@ -125,9 +126,10 @@ class NumericPolicy:
     Postgres allows such a column any value up to 131072 digits before the point and 16383 after,
     so no fixed decimal holds every value. A value that fits exactly is the decimal; one that does
     not (more integer digits than ``precision - scale``, a non-zero digit beyond ``scale``, NaN,
-    ±Infinity) is never rounded: with ``overflow="text"`` it is published in ``{column}__text``
-    with the decimal null, with ``overflow="fail"`` pgbridge stops with an error naming the
-    column, before confirming anything past it. (NaN and ±Infinity always go to ``__text``.)
+    ±Infinity) is never rounded: with ``overflow="text"`` it is published in the envelope's
+    ``unrepresentable`` map with the decimal null, with ``overflow="fail"`` pgbridge stops with an
+    error naming the column, before confirming anything past it. (NaN and ±Infinity always go to
+    the map.)
     """
 
     precision: int = 38
@@ -158,7 +160,8 @@ def policy_decimal_codec(policy: NumericPolicy) -> TypeCodec:
                 raise EncodeError(f"numeric value {raw[:40].decode(errors='replace')} does not fit "
                                   f"decimal({precision},{scale})",
                                   hint="raise types.numeric_precision/numeric_scale, or set "
-                                       "types.numeric_overflow to text to keep such values in {column}__text")
+                                       "types.numeric_overflow to text to publish such values as text in the "
+                                       "envelope's unrepresentable map")
             raise Unrepresentable(raw.decode())
         return unscaled
 

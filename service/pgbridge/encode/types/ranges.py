@@ -2,7 +2,8 @@
 arrays of those records.
 
 An unbounded side is a null bound. A range is a companion exactly when its element type is (a
-``daterange`` bound may be ``infinity``): the whole range then goes to ``{column}__text``. Text
+``daterange`` bound may be ``infinity``): the whole range then goes to the envelope's
+``unrepresentable`` map. Text
 follows ``range_in``/``multirange_in``, binary ``range_send``/``multirange_send``.
 """
 
