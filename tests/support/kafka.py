@@ -20,16 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
     Message,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from pgbridge.publish.topics import assign_existing
 from tests.support.broker import broker_kind
 
 _METADATA_INTERVAL = 0.25
@@ -121,7 +120,7 @@ def read_topics(
         while True:
             now = time.monotonic()
             if len(assigned) < len(wanted) and now >= next_metadata:
-                if _assign_existing(consumer, wanted, assigned, max(0.1, min(5.0, deadline - now))):
+                if assign_existing(consumer, wanted, assigned, timeout=max(0.1, min(5.0, deadline - now))):
                     last_progress = time.monotonic()  # read newly assigned topics fully
                 next_metadata = time.monotonic() + _METADATA_INTERVAL
             message = consumer.poll(0.1)
@@ -186,24 +185,6 @@ def _consumer_config(bootstrap: str) -> dict[str, Any]:
         "fetch.wait.max.ms": 100,
         "topic.metadata.refresh.interval.ms": 1000,
     }
-
-
-def _assign_existing(consumer: Consumer, wanted: list[str], assigned: set[str], timeout: float) -> bool:
-    """Assign every partition of each wanted topic that now exists; True if any was assigned."""
-    try:
-        metadata = consumer.list_topics(timeout=timeout)  # all topics: creates nothing
-    except Exception:  # broker not answering yet; try again later
-        return False
-    partitions: list[TopicPartition] = []
-    for name in wanted:
-        topic = metadata.topics.get(name)
-        if name in assigned or topic is None or topic.error is not None or not topic.partitions:
-            continue
-        partitions.extend(TopicPartition(name, p, OFFSET_BEGINNING) for p in sorted(topic.partitions))
-        assigned.add(name)
-    if partitions:
-        consumer.incremental_assign(partitions)
-    return bool(partitions)
 
 
 def _record(message: Message) -> Record:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -132,6 +133,30 @@ def high_watermark(consumer: Consumer, partition: TopicPartition, deadline: floa
             if time.monotonic() + 0.2 >= deadline:
                 raise
             time.sleep(0.2)
+
+
+def assign_existing(consumer: Consumer, wanted: Sequence[str], assigned: set[str], *, timeout: float) -> bool:
+    """Assign every partition, from its beginning, of each ``wanted`` topic that exists now and is not
+    in ``assigned`` yet (which is updated); True if any was assigned.
+
+    The one way pgbridge's readers (the demo, the test suite) follow topics without a consumer group:
+    metadata is asked for *all* topics, because naming a missing topic makes some brokers (Tansu,
+    auto-creating Kafkas) create it; a broker that does not answer in ``timeout`` assigns nothing now.
+    """
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    except Exception:  # broker busy or not up yet: the caller asks again on its next round
+        return False
+    partitions: list[TopicPartition] = []
+    for name in wanted:
+        topic = metadata.topics.get(name)
+        if name in assigned or topic is None or topic.error is not None or not topic.partitions:
+            continue
+        partitions.extend(TopicPartition(name, p, OFFSET_BEGINNING) for p in sorted(topic.partitions))
+        assigned.add(name)
+    if partitions:
+        consumer.incremental_assign(partitions)
+    return bool(partitions)
 
 
 def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
