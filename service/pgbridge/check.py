@@ -56,14 +56,14 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     publication_exists = slots.publication_exists(conn, pg.publication)
     if not publication_exists:
         if pg.tables:
-            for table in pg.tables:
-                schema, name = table.split(".", 1)
+            tables = pg.table_pairs or []
+            for table, (schema, name) in zip(pg.tables, tables, strict=True):
                 found = conn.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
                                      " WHERE n.nspname = %s AND c.relname = %s", (schema, name)).fetchone()
                 if found is None:
                     problems.append(Problem("error", f"table {table} in postgres.tables does not exist",
-                                            "create it or remove it from postgres.tables"))
-            tables = [tuple(t.split(".", 1)) for t in pg.tables]
+                                            "create it or remove it from postgres.tables (quote names "
+                                            'with capitals, spaces or dots: public."Order Items")'))
         else:
             problems.append(Problem("error", f"publication {pg.publication} does not exist",
                                     f"CREATE PUBLICATION {pg.publication} FOR TABLE ...; "

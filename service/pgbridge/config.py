@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
+from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout
 # (60 s), and often enough that confirmed_flush_lsn trails delivery by seconds, not minutes.
@@ -83,16 +84,30 @@ class PostgresConfig(_Section):
     slot_check_interval_s: float = Field(default=DEFAULT_SLOT_CHECK_INTERVAL_S, gt=0)
     heartbeat_interval_s: float = Field(default=DEFAULT_HEARTBEAT_INTERVAL_S, ge=0)
 
+    # Create the slot as a failover slot (Postgres 17+) so a standby with sync_replication_slots
+    # keeps it synchronized and pgbridge resumes on the promoted standby; ignored on older servers.
+    failover_slot: bool = True
+
     @field_validator("tables", mode="before")
     @classmethod
     def _split_tables(cls, value: Any) -> Any:
+        """Each table in canonical SQL form (``public.orders``, ``public."Order Items"``): plain
+        names fold to lower case as Postgres folds them; quoted ones keep case, spaces and dots."""
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = split_table_list(value)
         if isinstance(value, list):
+            normalized = []
             for item in value:
-                if not isinstance(item, str) or item.count(".") != 1 or not all(item.split(".")):
+                if not isinstance(item, str):
                     raise ValueError(f"table {item!r} must be written schema.table")
+                normalized.append(normalize_table(item))  # IdentifierError is a ValueError
+            return normalized
         return value
+
+    @property
+    def table_pairs(self) -> list[tuple[str, str]] | None:
+        """``postgres.tables`` as ``(schema, table)`` exactly as the catalog has them."""
+        return None if self.tables is None else [parse_table(table) for table in self.tables]
 
     @field_validator("slot", "publication")
     @classmethod

@@ -55,6 +55,7 @@ from pgbridge.snapshot.initial import parse_copy_lines
 from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_key
 from pgbridge.source import slots
 from pgbridge.source.connection import build_conninfo
+from pgbridge.source.identifiers import IdentifierError, normalize_table, parse_table, table_name
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,18 @@ def parse_signal(content: bytes) -> SnapshotSignal | None:
         log.warning("ignoring a signal of unknown type", extra={"content": str(data)[:200]})
         return None
     tables = data.get("tables") or data.get("data", {}).get("data-collections")
-    if not isinstance(tables, list) or not all(isinstance(t, str) and t.count(".") == 1 for t in tables):
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
         log.warning("ignoring an execute-snapshot signal without a tables list of schema.table names",
                     extra={"content": str(data)[:200]})
         return None
+    try:
+        names = tuple(normalize_table(t) for t in tables)
+    except IdentifierError as exc:
+        log.warning("ignoring an execute-snapshot signal with a malformed table name",
+                    extra={"error": str(exc), "content": str(data)[:200]})
+        return None
     slot = data.get("slot")
-    return SnapshotSignal(tuple(tables), None if slot is None else str(slot))
+    return SnapshotSignal(names, None if slot is None else str(slot))
 
 
 def parse_watermark(content: bytes) -> tuple[str, str] | None:
@@ -129,13 +136,16 @@ class IncrementalState:
 @dataclass(slots=True)
 class _PendingChunk:
     token: str
-    table: str
+    table: str  # canonical name (source/identifiers.py): the queue's and the operators' form
     buffer: dict[bytes, OutRecord]
     next_after: list[str] | None
     last: bool
     window_open: bool = False
     unit: Unit | None = None
     emitted: int = 0
+    # ``schema.table`` as the encoder names the relation (publish/dispatch.py compares it); differs
+    # from ``table`` for a name that needs quoting.
+    window_table: str | None = None
 
 
 class IncrementalSnapshotter:
@@ -246,7 +256,7 @@ class IncrementalSnapshotter:
         kind = parsed[0]
         if kind == WATERMARK_LOW:
             pending.window_open = True
-            self.window_table = pending.table
+            self.window_table = pending.window_table or pending.table
             return None
         if kind != WATERMARK_HIGH or not pending.window_open:
             return None
@@ -321,7 +331,7 @@ class IncrementalSnapshotter:
         cached = self._plans.get(table)
         if cached is not None:
             return cached
-        schema, _, name = table.partition(".")
+        schema, name = parse_table(table)
         conn = self._connection()
         try:
             published = (schema, name) in slots.published_tables(conn, self.publication)
@@ -386,7 +396,7 @@ class IncrementalSnapshotter:
             record = encode(relation, row, high_lsn)
             if record.key is not None:
                 buffer[record.key] = record
-        self._pending = _PendingChunk(token=token, table=table, buffer=buffer,
+        self._pending = _PendingChunk(token=token, table=table, window_table=plan.table, buffer=buffer,
                                       next_after=rows[-1][1] if rows else self.state.after,
                                       last=len(rows) < self.chunk_rows)
 
@@ -397,7 +407,9 @@ class IncrementalSnapshotter:
 
 
 def table_names(tables: Iterable[tuple[str, str]]) -> list[str]:
-    return [f"{schema}.{name}" for schema, name in tables]
+    """Canonical names (``public.orders``, ``public."Order Items"``): what signals, the queue and
+    the persisted table list hold, so a name with a dot or a capital parses back exactly."""
+    return [table_name(schema, name) for schema, name in tables]
 
 
 def emit_signal_sql(tables: Iterable[str], prefix: str = "pgbridge.signal") -> sql.Composed:

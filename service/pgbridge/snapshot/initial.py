@@ -45,6 +45,7 @@ from pgbridge.snapshot.chunking import CHUNK_BY_CTID, Chunk, TablePlan, chunk_co
 from pgbridge.snapshot.progress import ProgressStore, done_key, header_key, initial_progress, plan_key
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection, build_conninfo
+from pgbridge.source.identifiers import table_name
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +376,7 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
     """Snapshot every published table through the pending slot, then create ``slot`` from it.
 
     Resumes a previous attempt when its pending slot and progress agree (see progress.py); else
-    starts over. Returns the tables snapshotted (``schema.table``).
+    starts over. Returns the tables snapshotted, named canonically (``public."Order Items"``).
     """
     existing = slots.slot_info(sql_conn, pending)
     previous = initial_progress(records, slot)
@@ -428,4 +429,5 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
                                               *(plan_key(slot, t) for t in names), header_key(slot)])
     progress.flush()
     log.info("initial snapshot complete; slot created", extra={"slot": slot, "tables": names})
-    return names
+    # Canonical names (source/identifiers.py), as the incremental snapshotter compares them.
+    return [table_name(t.plan.schema, t.plan.name) for t in tables]

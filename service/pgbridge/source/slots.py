@@ -15,6 +15,7 @@ from pgbridge.decode.messages import Column, Relation
 from pgbridge.errors import ConfigError, FatalError, SlotError
 from pgbridge.lsn import Lsn, parse_lsn
 from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
+from pgbridge.source.identifiers import parse_table
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +109,36 @@ def publication_exists(conn: psycopg.Connection[tuple[object, ...]], publication
     return conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is not None
 
 
+# publish_via_partition_root exists since Postgres 13.
+PUBVIAROOT_VERSION: Final = 130000
+
+
+def publication_options(server_version: int) -> str:
+    """The WITH clause of a publication pgbridge creates.
+
+    A partitioned table is one table (the contract): changes to any of its partitions, including
+    ones attached later, are published as changes of the root, with the root's schema, so they
+    land on one topic; and pg_publication_tables then lists the root only, so snapshots read the
+    table once, through the root.
+    """
+    return " WITH (publish_via_partition_root = true)" if server_version >= PUBVIAROOT_VERSION else ""
+
+
 def ensure_publication(conn: psycopg.Connection[tuple[object, ...]], publication: str,
                        tables: list[str] | None) -> None:
+    """Create ``publication`` for ``tables`` (canonical ``schema.table``, see source/identifiers.py)
+    unless it exists; an existing one is used as the DBA made it."""
     if publication_exists(conn, publication):
         return
     if not tables:
         raise FatalError(f"publication {publication} does not exist",
                          hint=f"CREATE PUBLICATION {publication} FOR TABLE ...; or set postgres.tables "
                          "so pgbridge creates it")
-    identifiers = [sql.Identifier(*table.split(".", 1)) for table in tables]
+    identifiers = [sql.Identifier(*parse_table(table)) for table in tables]
     try:
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-            sql.Identifier(publication), sql.SQL(", ").join(identifiers)))
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+            sql.Identifier(publication), sql.SQL(", ").join(identifiers),
+            sql.SQL(publication_options(conn.info.server_version))))
     except pgerrors.UndefinedTable as exc:
         raise ConfigError(f"postgres.tables names a table that does not exist: {exc.diag.message_primary}",
                           hint="fix postgres.tables") from None
