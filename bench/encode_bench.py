@@ -99,7 +99,7 @@ def main() -> None:
     # (name, value) tuples pick the union branch without fastavro validating the record first.
     datum: dict[str, Any] = {"before": None, "after": ("pgbridge.public.orders.Value", after), "op": "c",
                              "source": source, "transaction": ("pgbridge.Transaction", transaction),
-                             "unchanged_toast_columns": []}
+                             "unchanged_toast_columns": [], "unrepresentable": None}
     buffer = io.BytesIO()
 
     def fastavro_values() -> None:
