@@ -1,16 +1,16 @@
-"""Mirror throughput of the Spark job (rows/s on local[2]) per decoder and Kafka source, same data.
+"""Mirror throughput of the Spark job (rows/s on local[2]) per decoder, on the same topic data.
 
 Starts a throwaway Apache Kafka broker (the suite's, jars from ``jvm/fetch.py kafka``), writes
 ``--rows`` narrow change records of one keyed table (``id bigint, v int, note text, at
 timestamptz``; inserts in transactions of ``--tx-size`` rows, single-object framing with the schema
 in ``{prefix}._schemas``, key and value as pgbridge writes them) to a topic of two partitions, then
-runs the mirror job (``pgbridge_spark.mirror``) with ``--available-now`` once per combination of
-decoder (``jvm``: spark-avro's ``from_avro``; ``python``: fastavro in ``mapInArrow``) and Kafka
-source (Spark's ``kafka``; the bundled Python ``pgbridge-kafka`` source while it exists), each into
-a fresh output and checkpoint, in one SparkSession that has spark-sql-kafka and spark-avro
-(``jvm/fetch.py spark``). A small warm-up run first takes the JVM's class loading and JIT out of the
-figures. Rows/s = rows mirrored / wall time from ``start()`` to the query's end; every run must
-mirror every row (checked).
+runs the mirror job (``pgbridge_spark.mirror``, Spark's ``kafka`` source) with ``--available-now``
+once per decoder (``jvm``: spark-avro's ``from_avro``; ``python``: fastavro in ``mapInArrow``),
+each into a fresh output and checkpoint, in one SparkSession that has spark-sql-kafka and
+spark-avro (``jvm/fetch.py spark``). (The figures of the former Python Kafka source in
+bench/results come from this script at commit fa078f7, which still had that source.) A warm-up
+run per decoder first takes class loading and JIT out of the figures. Rows/s = rows mirrored /
+wall time from ``start()`` to the query's end; every run must mirror every row (checked).
 
     .venv/bin/python bench/spark_mirror_throughput.py [--rows 200000] [--repeat 1]
 
@@ -131,15 +131,15 @@ def session(jars: str) -> Any:
     return spark
 
 
-def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, source: str, expected: int,
+def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, expected: int,
                 tables: tuple[str, ...] = ("public.narrow",)) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from pgbridge_spark.mirror import MirrorConfig, MirrorJob
 
-    run = Path(tempfile.mkdtemp(prefix=f"{decoder}-{source}-", dir=work))
+    run = Path(tempfile.mkdtemp(prefix=f"{decoder}-", dir=work))
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(run / "out"),
-                          checkpoint=str(run / "checkpoint"), decoder=decoder, source=source, tables=tables)
+                          checkpoint=str(run / "checkpoint"), decoder=decoder, tables=tables)
     batches: list[int] = []
     started = time.monotonic()
     query = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(result.applied_count)).start(
@@ -147,26 +147,20 @@ def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, source: st
     query.awaitTermination()
     elapsed = time.monotonic() - started
     if query.exception() is not None:
-        raise RuntimeError(f"{decoder}/{source}: {query.exception()}")
+        raise RuntimeError(f"{decoder}: {query.exception()}")
     mirrored = pq.read_table(run / "out" / "public.narrow").num_rows
     if mirrored != expected:
-        raise RuntimeError(f"{decoder}/{source}: mirrored {mirrored} rows, expected {expected}")
+        raise RuntimeError(f"{decoder}: mirrored {mirrored} rows, expected {expected}")
     shutil.rmtree(run, ignore_errors=True)
-    return {"decoder": decoder, "source": source, "rows": mirrored, "seconds": round(elapsed, 2),
+    return {"decoder": decoder, "source": "kafka", "rows": mirrored, "seconds": round(elapsed, 2),
             "rows_per_s": round(mirrored / elapsed), "micro_batches": len(batches)}
-
-
-def sources_available() -> list[str]:
-    """Spark's ``kafka`` source, and the bundled Python one if this checkout still has it."""
-    import pgbridge_spark.source as module
-    return ["kafka", "python"] if hasattr(module, "PgbridgeKafkaSource") else ["kafka"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--tx-size", type=int, default=100, help="rows per source transaction")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per decoder and source")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per decoder")
     parser.add_argument("--output", type=Path, default=RESULT)
     args = parser.parse_args()
 
@@ -178,10 +172,10 @@ def main() -> int:
         produce_s = produce(cluster.bootstrap, args.rows, args.tx_size)
         spark = session(jars)
         try:
-            warm = mirror_once(spark, cluster.bootstrap, work, "jvm", "kafka", args.rows)
-            mirror_once(spark, cluster.bootstrap, work, "python", "kafka", args.rows)
-            runs = [mirror_once(spark, cluster.bootstrap, work, decoder, source, args.rows)
-                    for _ in range(args.repeat) for source in sources_available() for decoder in ("jvm", "python")]
+            warm = mirror_once(spark, cluster.bootstrap, work, "jvm", args.rows)
+            mirror_once(spark, cluster.bootstrap, work, "python", args.rows)
+            runs = [mirror_once(spark, cluster.bootstrap, work, decoder, args.rows)
+                    for _ in range(args.repeat) for decoder in ("jvm", "python")]
         finally:
             spark.stop()
     finally:

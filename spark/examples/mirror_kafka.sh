@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mirror pgbridge's tables into Parquet with spark-submit and Spark's own Kafka source.
+# Mirror pgbridge's tables into Parquet with spark-submit, Spark's own Kafka source and spark-avro.
 #
 #   BOOTSTRAP=kafka:9092 PREFIX=pgbridge OUTPUT=/data/mirror CHECKPOINT=/data/checkpoints/mirror \
 #     spark/examples/mirror_kafka.sh [--consistent] [--mode changelog] [--schema-registry-url URL]
@@ -21,5 +21,4 @@ exec spark-submit \
   --prefix "${PREFIX:-pgbridge}" \
   --output "${OUTPUT:?set OUTPUT to the mirror directory}" \
   --checkpoint "${CHECKPOINT:?set CHECKPOINT to the checkpoint directory}" \
-  --source kafka \
   "$@"

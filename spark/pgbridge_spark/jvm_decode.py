@@ -38,6 +38,7 @@ from pgbridge_spark.schemas import (
     nullable_branch,
     resolve_named,
 )
+from pgbridge_spark.source import loadable, missing_packages_message
 
 AVRO_FUNCTIONS_CLASS: Final = "org.apache.spark.sql.avro.AvroDataToCatalyst"
 
@@ -246,20 +247,11 @@ def _select(records: DataFrame, columns: list[Column], envelope: Column, out_typ
 
 def spark_avro_available(spark: SparkSession) -> bool:
     """True if spark-avro (``from_avro``) is on Spark's class path."""
-    try:
-        jvm = spark._jvm
-        if jvm is None:
-            return False
-        jvm.java.lang.Class.forName(AVRO_FUNCTIONS_CLASS, False,
-                                    jvm.java.lang.Thread.currentThread().getContextClassLoader())
-        return True
-    except Exception:  # Py4J error, or Spark Connect (no JVM access)
-        return False
+    return loadable(spark, AVRO_FUNCTIONS_CLASS)
 
 
 def require_spark_avro(spark: SparkSession) -> None:
+    """Raise ``MissingSparkAvro``, naming the ``--packages`` coordinates, if spark-avro is missing."""
     if not spark_avro_available(spark):
-        raise MissingSparkAvro(
-            "the jvm decoder needs spark-avro: start Spark with --packages "
-            f"org.apache.spark:spark-avro_2.13:{spark.version} (or its jar in spark.jars), or run the job "
-            "with --decoder python")
+        raise MissingSparkAvro(missing_packages_message(spark, "spark-avro (the jvm decoder's from_avro)",
+                                                        "spark-avro_2.13") + "; or run with --decoder python")

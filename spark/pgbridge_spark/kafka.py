@@ -1,6 +1,7 @@
 """Kafka I/O with confluent-kafka: partitions of a subscription, end offsets, reading a range.
 
-Used by the Python streaming source (``source``) and by the driver to read ``{prefix}._schemas``.
+Used on the driver to read ``{prefix}._schemas`` (the records themselves come through Spark's
+``kafka`` source).
 
 Two broker facts shape it:
 

@@ -2,11 +2,11 @@
 
 ::
 
-    Kafka (kafka | pgbridge-kafka source)          per micro-batch (foreachBatch)
+    Kafka (Spark's kafka source)                   per micro-batch (foreachBatch)
       {prefix}.{schema}.{table} ...   ──►  raw records ─► schema ids ─► resolve (_schemas | registry)
       {prefix}.transactions (consistent)         │
                                                  ▼
-                                decode per table (mapInArrow, latest row type)
+                decode per table into its latest row type (from_avro | mapInArrow)
                                                  │  drop what was applied (progress per partition)
                                                  ▼
                               [consistent] cut = last commit LSN with every event read
@@ -22,7 +22,9 @@ nothing. Spark's checkpoint holds the Kafka offsets.
 
 Run it: ``python -m pgbridge_spark.mirror --bootstrap-servers HOST:9092 --prefix pgbridge
 --output /data/mirror --checkpoint /data/checkpoints/mirror`` (or the same arguments after
-``spark-submit spark/pgbridge_spark/mirror.py``); ``--help`` lists the options.
+``spark-submit --packages ... spark/pgbridge_spark/mirror.py``); ``--help`` lists the options. Run
+with ``python -m``, the session asks Spark for spark-sql-kafka and spark-avro itself
+(``spark.jars.packages``, at the installed pyspark's version) unless ``--no-packages``.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ import logging
 import os
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -52,6 +55,7 @@ from pgbridge_spark.decode import (
 )
 from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, require_spark_avro
 from pgbridge_spark.kafka import read_schema_topic, table_topic_pattern, topic_name
+from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN, Position, merge_keyed, merge_keyless
 from pgbridge_spark.progress import (
     ConsistentProgress,
     TableProgress,
@@ -66,8 +70,6 @@ from pgbridge_spark.source import kafka_stream
 
 log = logging.getLogger("pgbridge_spark.mirror")
 
-COMMIT_LSN_COLUMN: Final = "_pgbridge_commit_lsn"
-TOTAL_ORDER_COLUMN: Final = "_pgbridge_total_order"
 STATE_FILE: Final = "_pgbridge_state.json"
 CONTROL_DIR: Final = "_pgbridge"
 DECODERS: Final = ("jvm", "python")
@@ -83,7 +85,6 @@ class MirrorConfig:
     checkpoint: str
     mode: str = "mirror"  # mirror | changelog
     consistent: bool = False
-    source: str = "auto"  # auto | kafka | python
     decoder: str = DEFAULT_DECODER  # jvm (spark-avro's from_avro) | python (fastavro in mapInArrow)
     tables: Sequence[str] = ()  # "schema.table"; empty: every table topic of the prefix
     schema_registry_url: str | None = None
@@ -177,97 +178,6 @@ def _project(df: DataFrame, source_type: StructType | None, row_type: StructType
     return out
 
 
-def _fields_of(struct: str, row_type: StructType) -> list[Column]:
-    return [F.col(struct).getField(f.name).alias(f.name) for f in row_type.fields]
-
-
-Position = tuple[int, int]
-
-
-def _reset_dropped(entries: DataFrame, row_type: StructType, resets: Mapping[str, Position]) -> DataFrame:
-    """Null column ``c`` in entries positioned before ``resets[c]``: a writer schema without ``c``
-    was in use there, so ``c`` was dropped after them (and maybe added again since)."""
-    if not resets:
-        return entries
-    columns = []
-    for f in row_type.fields:
-        if f.name in resets:
-            lsn, order = resets[f.name]
-            before = (F.col("commit_lsn") < lsn) | ((F.col("commit_lsn") == lsn) & (F.col("total_order") < order))
-            columns.append(F.when(before, F.lit(None).cast(f.dataType)).otherwise(F.col(f"`{f.name}`")).alias(f.name))
-        else:
-            columns.append(F.col(f"`{f.name}`"))
-    others = [F.col(c) for c in entries.columns if c not in {f.name for f in row_type.fields}]
-    return entries.select(*columns, *others)
-
-
-def merge_keyed(existing: DataFrame, changes: DataFrame, row_type: StructType, key_fields: Sequence[str],
-                truncate: tuple[int, int] | None, with_toast: bool,
-                resets: Mapping[str, Position] | None = None) -> DataFrame:
-    """The table after ``changes``: per key the entry at the highest position wins, a delete
-    removes the key, a truncate drops everything positioned before it.
-
-    An update that changes the key (its ``before`` has the old key) also deletes the old key. With
-    ``with_toast``, a column that an update left as unchanged TOAST keeps its previous value.
-    """
-    names = [f.name for f in row_type.fields]
-    meta = ["commit_lsn", "total_order", "_deleted", "_rank", "_toast"]
-    no_toast = F.array().cast("array<string>")
-    upserts = changes.where("op IN ('c', 'r', 'u')").select(
-        *_fields_of("after", row_type), "commit_lsn", "total_order", F.lit(False).alias("_deleted"),
-        F.lit(1).alias("_rank"), F.col("unchanged_toast_columns").alias("_toast"))
-    same_key = " AND ".join(f"before.`{k}` <=> after.`{k}`" for k in key_fields) or "true"
-    deletes = changes.where(f"op = 'd' OR (op = 'u' AND before IS NOT NULL AND NOT ({same_key}))").select(
-        *_fields_of("before", row_type), "commit_lsn", "total_order", F.lit(True).alias("_deleted"),
-        F.lit(1).alias("_rank"), no_toast.alias("_toast"))
-    current = existing.select(*[F.col(f"`{n}`") for n in names], F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
-                              F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(False).alias("_deleted"),
-                              F.lit(0).alias("_rank"), no_toast.alias("_toast"))
-    entries = _reset_dropped(current.unionByName(upserts), row_type, resets or {}).unionByName(deletes)
-    if truncate is not None:
-        lsn, order = truncate
-        entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
-                                                               & (F.col("total_order") >= order)))
-    keys = [F.col(f"`{k}`") for k in key_fields]
-    if with_toast:
-        history = (Window.partitionBy(*keys).orderBy("commit_lsn", "total_order", "_rank")
-                   .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        filled = []
-        for n in names:
-            sent = F.when(~F.array_contains("_toast", n), F.struct(F.col(f"`{n}`").alias("v")))
-            filled.append(F.last(sent, ignorenulls=True).over(history).getField("v").alias(n))
-        entries = entries.select(*filled, *meta)
-    latest = Window.partitionBy(*keys).orderBy(F.desc("commit_lsn"), F.desc("total_order"), F.desc("_rank"))
-    return (entries.withColumn("_n", F.row_number().over(latest)).where("_n = 1 AND NOT _deleted")
-            .select(*[F.col(f"`{n}`") for n in names], F.col("commit_lsn").alias(COMMIT_LSN_COLUMN),
-                    F.col("total_order").alias(TOTAL_ORDER_COLUMN)))
-
-
-def merge_keyless(existing: DataFrame, changes: DataFrame, row_type: StructType,
-                  truncate: tuple[int, int] | None, resets: Mapping[str, Position] | None = None) -> DataFrame:
-    """A table without key columns (REPLICA IDENTITY FULL) as a multiset of rows: inserts add a
-    row, deletes remove one equal to ``before``, updates do both. Counting commutes, so only the
-    truncate needs positions."""
-    names = [f.name for f in row_type.fields]
-    adds = changes.where("op IN ('c', 'r', 'u')").select(*_fields_of("after", row_type), "commit_lsn",
-                                                         "total_order", F.lit(1).alias("_n"))
-    removes = changes.where("op IN ('u', 'd') AND before IS NOT NULL").select(
-        *_fields_of("before", row_type), "commit_lsn", "total_order", F.lit(-1).alias("_n"))
-    current = existing.select(*[F.col(f"`{n}`") for n in names], F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
-                              F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(1).alias("_n"))
-    entries = _reset_dropped(current.unionByName(adds), row_type, resets or {}).unionByName(
-        _reset_dropped(removes, row_type, resets or {}))
-    if truncate is not None:
-        lsn, order = truncate
-        entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
-                                                               & (F.col("total_order") >= order)))
-    grouped = entries.groupBy(*[F.col(f"`{n}`") for n in names]).agg(
-        F.sum("_n").alias("_n"), F.max(F.struct("commit_lsn", "total_order")).alias("_p"))
-    return (grouped.where("_n > 0").withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_n").cast("int"))))
-            .select(*[F.col(f"`{n}`") for n in names], F.col("_p.commit_lsn").alias(COMMIT_LSN_COLUMN),
-                    F.col("_p.total_order").alias(TOTAL_ORDER_COLUMN)))
-
-
 @dataclass
 class _TableBatch:
     topic: str
@@ -298,6 +208,9 @@ class MirrorJob:
             registry_url=config.schema_registry_url)
         self._key_ids: dict[str, str] = {}
         self._texts: Mapping[str, str] = {}
+        # table micro-batches decoded per decoder ("jvm" / "python"): the Python decoder also takes
+        # what from_avro cannot decode exactly, and this says how often that happened
+        self.decoder_counts: Counter[str] = Counter()
 
     # -- the query -------------------------------------------------------------------------------
 
@@ -312,7 +225,7 @@ class MirrorJob:
             if config.consistent:
                 pattern = rf"{_escape(config.transactions_topic)}|{pattern}"
         return kafka_stream(self.spark, config.bootstrap_servers, topics=topics, pattern=pattern,
-                            source=config.source, max_offsets_per_trigger=config.max_offsets_per_trigger,
+                            max_offsets_per_trigger=config.max_offsets_per_trigger,
                             kafka_options=config.kafka_options)
 
     def start(self, *, available_now: bool = False) -> StreamingQuery:
@@ -429,10 +342,13 @@ class MirrorJob:
             value_headers = {bytes(r["vh"]): schema_id_of(bytes(r["vh"]))[0] for r in headers if r["vh"] is not None}
             key_headers = {bytes(r["kh"]): schema_id_of(bytes(r["kh"]))[0] for r in headers if r["kh"] is not None}
             try:
-                return jvm_change_frame(records, texts=texts, value_headers=value_headers, schema_id=schema_id,
-                                        key_headers=key_headers, key_id=key_id, out_type=out_type)
+                decoded = jvm_change_frame(records, texts=texts, value_headers=value_headers, schema_id=schema_id,
+                                           key_headers=key_headers, key_id=key_id, out_type=out_type)
+                self.decoder_counts["jvm"] += 1
+                return decoded
             except JvmDecodeUnavailable as exc:
                 log.info("Python decoder for this micro-batch: %s", exc)
+        self.decoder_counts["python"] += 1
         timezone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
         return python_change_frame(records, texts=texts, row_type=row_type, key_type=key_type, out_type=out_type,
                                    timezone=timezone)
@@ -567,12 +483,20 @@ def _escape(topic: str) -> str:
 # --- command line --------------------------------------------------------------------------------
 
 
-def build_session(master: str | None = None, app_name: str = "pgbridge-mirror") -> SparkSession:
-    """A SparkSession for the job; ``master`` only when not under spark-submit (local[2] default)."""
+def spark_packages(spark_version: str, scala: str = "2.13") -> str:
+    """Maven coordinates of Spark's Kafka source and spark-avro for ``spark_version`` (``--packages``)."""
+    return ",".join(f"org.apache.spark:{name}_{scala}:{spark_version}" for name in ("spark-sql-kafka-0-10", "spark-avro"))
+
+
+def build_session(master: str | None = None, app_name: str = "pgbridge-mirror",
+                  packages: str | None = None) -> SparkSession:
+    """A SparkSession for the job; ``master`` and ``packages`` only when not under spark-submit."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if packages:
+        builder = builder.config("spark.jars.packages", packages)
     return builder.getOrCreate()
 
 
@@ -586,8 +510,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--mode", choices=("mirror", "changelog"), default="mirror")
     parser.add_argument("--consistent", action="store_true",
                         help="apply whole transactions only (uses {prefix}.transactions)")
-    parser.add_argument("--source", choices=("auto", "kafka", "python"), default="auto",
-                        help="Spark's kafka source, the pgbridge-kafka Python source, or kafka if loadable")
+    parser.add_argument("--source", choices=("auto", "kafka"), default="kafka",
+                        help="kept for existing command lines: Spark's kafka source is the only source")
+    parser.add_argument("--no-packages", action="store_true",
+                        help="with python -m: do not ask Spark for spark-sql-kafka and spark-avro "
+                             "(spark.jars.packages), they are on its class path already")
     parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
                         help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
     parser.add_argument("--tables", default="", help="comma list schema.table (default: every table topic)")
@@ -604,7 +531,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     options = dict(item.split("=", 1) for item in args.kafka_option)
     config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
                           checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent,
-                          source=args.source, decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
+                          decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
                           schema_registry_url=args.schema_registry_url,
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
                           kafka_options=options, exactly_once=args.exactly_once)
@@ -616,7 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_args(argv)
     master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") or "spark.master" in os.environ.get(
         "PYSPARK_SUBMIT_ARGS", "") else "local[2]")
-    spark = build_session(master)
+    packages = None
+    if master is not None and not args.no_packages:
+        import pyspark
+        packages = spark_packages(pyspark.__version__)
+    spark = build_session(master, packages=packages)
     query = MirrorJob(spark, config).start(available_now=args.available_now)
     try:
         query.awaitTermination()

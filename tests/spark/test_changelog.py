@@ -131,8 +131,9 @@ def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_ba
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "changelog", tmp_path / "checkpoint"
     config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
-                          checkpoint=str(checkpoint), mode="changelog", source="python",
-                          max_offsets_per_trigger=8, trigger_seconds=0.5)
+                          checkpoint=str(checkpoint), mode="changelog",
+                          # the Python decoder end to end (the other Spark tests run the default, jvm)
+                          decoder="python", max_offsets_per_trigger=8, trigger_seconds=0.5)
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
     with BridgeProcess(env).start() as bridge:
@@ -175,5 +176,6 @@ def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_ba
             expected[table] += streamed_changes()[table]
         assert_changelog(output, "public.accounts", ("id", "name", "balance"), expected["public.accounts"])
         assert_changelog(output, "public.events", ("id", "v"), expected["public.events"])
+        assert job.decoder_counts["python"] > 0 and job.decoder_counts["jvm"] == 0, job.decoder_counts
         assert bridge.terminate() == 0, bridge.log()
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -69,7 +69,7 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, kafk
                             "PGBRIDGE_SNAPSHOT__MODE": "never"})
     output = tmp_path / "mirror"
     config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
-                          checkpoint=str(tmp_path / "checkpoint"), source="python", consistent=True,
+                          checkpoint=str(tmp_path / "checkpoint"), consistent=True,
                           max_offsets_per_trigger=37, trigger_seconds=0.5)
     observed: list[tuple[int, int | None, Decimal, int]] = []
 

@@ -22,8 +22,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pgbridge.encode.wire import confluent_header, fingerprint64, fingerprint_hex, single_object_header
 from pgbridge_spark.decode import python_change_frame, schema_id_of
-from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, loose, resolution_problem
+from pgbridge_spark.jvm_decode import (
+    JvmDecodeUnavailable,
+    jvm_change_frame,
+    loose,
+    resolution_problem,
+    spark_avro_available,
+)
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
+from pgbridge_spark.source import kafka_provider_available
 
 pytestmark = [pytest.mark.spark]
 
@@ -146,6 +153,10 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return bool(type(a) is type(b) and a == b)
+
+
+def test_the_session_has_sparks_kafka_source_and_spark_avro(spark: SparkSession) -> None:
+    assert kafka_provider_available(spark) and spark_avro_available(spark)
 
 
 def test_every_column_type_decodes_to_the_same_rows_in_both_decoders(spark: SparkSession) -> None:

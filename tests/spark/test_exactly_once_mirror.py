@@ -39,7 +39,7 @@ def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
                             "PGBRIDGE_HA__LEADER_ELECTION": "false"})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
     config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
-                          checkpoint=str(checkpoint), source="python", max_offsets_per_trigger=4000,
+                          checkpoint=str(checkpoint), max_offsets_per_trigger=4000,
                           exactly_once=True)
     bridge = BridgeProcess(env).start()
     try:

@@ -1,4 +1,5 @@
-"""Postgres → pgbridge → broker → mirror job (local[2]) → Parquet equals SELECT * of every table.
+"""Postgres → pgbridge → Apache Kafka → mirror job (local[2], Spark's kafka source, from_avro) →
+Parquet equals SELECT * of every table.
 
 One scenario in stages, each checked against Postgres: an initial snapshot and a mixed workload
 (inserts, updates, a key change, deletes, a truncate, a large transaction, a prepared
@@ -100,7 +101,7 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
     config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
-                          checkpoint=str(checkpoint), source="python", max_offsets_per_trigger=4000)
+                          checkpoint=str(checkpoint), max_offsets_per_trigger=4000)
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
     with BridgeProcess(env).start() as bridge:
@@ -156,5 +157,7 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
         # then
         for table in TABLES:
             assert_mirrored(pg_dsn, output, table)
+        # every table micro-batch, schema changes included, was decoded by from_avro
+        assert job.decoder_counts["jvm"] > 0 and job.decoder_counts["python"] == 0, job.decoder_counts
         assert bridge.terminate() == 0, bridge.log()
     shutil.rmtree(tmp_path, ignore_errors=True)

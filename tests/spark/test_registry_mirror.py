@@ -1,4 +1,5 @@
-"""The mirror reads Confluent wire format too: pgbridge with a Schema Registry → consistent mirror."""
+"""The mirror reads Confluent wire format too: pgbridge with a real Schema Registry (Apicurio, BACKWARD
+compatibility enforced by the registry) → consistent mirror through a column added mid-stream."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics
 from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.registry_double import RegistryDouble
+from tests.support.registry import start_registry
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration,
@@ -29,7 +30,8 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
         conn.execute("CREATE TABLE log (line text)")
         conn.execute("ALTER TABLE log REPLICA IDENTITY FULL")
     output = tmp_path / "mirror"
-    with RegistryDouble() as registry:
+    with start_registry() as registry:
+        registry.set_compatibility("BACKWARD")
         env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
                          extra={"PGBRIDGE_POSTGRES__TABLES": "public.items,public.log",
                                 "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url})
@@ -48,9 +50,10 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
                 conn.execute("UPDATE items SET extra = 1.25 WHERE id < 10")
             wait_published(pg_dsn, topic_prefix)
             config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
-                                  checkpoint=str(tmp_path / "checkpoint"), source="python", consistent=True,
+                                  checkpoint=str(tmp_path / "checkpoint"), consistent=True,
                                   schema_registry_url=registry.url, max_offsets_per_trigger=2000)
-            query = MirrorJob(spark, config).start(available_now=True)
+            job = MirrorJob(spark, config)
+            query = job.start(available_now=True)
             query.awaitTermination(300)
             assert query.exception() is None, query.exception()
             assert bridge.terminate() == 0, bridge.log()
@@ -58,3 +61,4 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
     assert f"{topic_prefix}._schemas" not in list_topics(kafka_broker.bootstrap)
     assert_mirrored(pg_dsn, output, "public.items")
     assert_mirrored(pg_dsn, output, "public.log")
+    assert job.decoder_counts["jvm"] > 0 and job.decoder_counts["python"] == 0, job.decoder_counts

@@ -1,5 +1,5 @@
 """Pure parts of the Spark package: Avro → Spark types, decoding both framings, evolution,
-positions and the consistent cut, offset limits. No SparkSession (only pyspark.sql.types)."""
+positions and the consistent cut. No SparkSession (only pyspark.sql.types)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import json
 import threading
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
+from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
     DateType,
@@ -27,10 +28,11 @@ from pyspark.sql.types import (
 
 from pgbridge.encode.wire import confluent_header, fingerprint64, fingerprint_hex, single_object_header
 from pgbridge_spark.decode import ChangeDecoder, DecodeError, SchemaCatalog, conformer, schema_id_of
+from pgbridge_spark.jvm_decode import MissingSparkAvro, require_spark_avro
 from pgbridge_spark.kafka import table_topic_pattern
 from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
 from pgbridge_spark.schemas import EnvelopeSchema, avro_to_spark
-from pgbridge_spark.source import limit_offsets
+from pgbridge_spark.source import MissingKafkaSource, require_kafka_source
 
 SOURCE = {"type": "record", "name": "Source", "namespace": "pgbridge", "fields": [
     {"name": n, "type": t} for n, t in (("db", "string"), ("schema", "string"), ("table", "string"),
@@ -177,14 +179,6 @@ def test_the_cut_stops_at_the_first_transaction_with_unread_events() -> None:
     assert consistent_cut(25, ends[:2], counts, None) == 25  # nothing new beyond the old cut
 
 
-def test_offset_limits_share_the_budget_in_proportion() -> None:
-    start = {("t", 0): 0, ("t", 1): 10}
-    end = {("t", 0): 100, ("t", 1): 40, ("u", 0): 0}
-    assert limit_offsets(start, end, 1000) == end
-    limited = limit_offsets(start, end, 26)
-    assert limited == {("t", 0): 20, ("t", 1): 16, ("u", 0): 0}
-
-
 def test_table_topics_exclude_pgbridges_own_topics() -> None:
     import re
     pattern = re.compile(table_topic_pattern("pg.x"))
@@ -201,3 +195,15 @@ def test_key_struct_types_follow_the_key_schema() -> None:
     value = frame(V1, change({"id": 1, "amount": None, "at": None, "gone": None}))
     row = decoder.decode("t", 0, 0, frame(key, {"id": 1}), value)
     assert row["key"] == {"id": 1}
+
+
+def test_a_session_without_the_connectors_is_told_which_packages_to_add() -> None:
+    class WithoutJvm:  # as Spark Connect: no JVM gateway, so no class of spark-sql-kafka or spark-avro
+        _jvm = None
+        version = "4.3.0"
+
+    session = cast(SparkSession, WithoutJvm())
+    with pytest.raises(MissingKafkaSource, match=r"--packages org\.apache\.spark:spark-sql-kafka-0-10_2\.13:4\.3\.0"):
+        require_kafka_source(session)
+    with pytest.raises(MissingSparkAvro, match=r"spark-avro_2\.13:4\.3\.0.*--decoder python"):
+        require_spark_avro(session)
