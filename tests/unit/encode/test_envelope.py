@@ -378,6 +378,13 @@ def test_a_malformed_value_names_its_column_and_the_settings_to_check() -> None:
     assert caught.value.hint is not None and "DateStyle=ISO" in caught.value.hint
 
 
+def test_a_malformed_value_after_an_unrepresentable_one_still_names_its_column() -> None:
+    rel = relation(("id", INT8, -1, True), ("amount", NUMERIC, NUMERIC_12_2), ("at", TIMESTAMPTZ))
+    h = Harness()
+    with pytest.raises(EncodeError, match=r"public\.t\.at \(timestamptz\)"):
+        h.change("c", rel, new=row(b"1", b"NaN", b"Tue Nov 14 22:13:20 2023 PST"))
+
+
 def test_a_row_with_the_wrong_number_of_columns_is_refused() -> None:
     with pytest.raises(EncodeError, match="has 2 columns, its relation 4"):
         Harness().change("c", ORDERS, new=row(b"1", b"x"))
