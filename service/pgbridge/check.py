@@ -74,6 +74,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         if not tables:
             problems.append(Problem("warning", f"publication {pg.publication} publishes no tables",
                                     f"ALTER PUBLICATION {pg.publication} ADD TABLE ...;"))
+        problems.extend(_partition_problems(conn, pg.publication))
     catalog = CatalogTypes(conn)
     for schema, name in tables:
         problems.extend(_table_problems(conn, str(schema), str(name)))
@@ -91,6 +92,21 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
             problems.append(Problem("warning", f"slot {pg.slot} is in use by pid {info.active_pid}",
                                     "another consumer is streaming; run stops until it exits"))
     return problems
+
+
+def _partition_problems(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[Problem]:
+    """A publication without ``publish_via_partition_root`` publishes each partition of a
+    partitioned table as a table of its own: one topic per partition, the snapshot reading the
+    partitions instead of the table, a new partition a new topic. The contract publishes a
+    partitioned table as one table, which needs the option (Postgres 13+)."""
+    if conn.info.server_version < slots.PUBVIAROOT_VERSION:
+        return []
+    roots = slots.partitioned_published_separately(conn, publication)
+    if not roots:
+        return []
+    return [Problem("warning", f"publication {publication} publishes the partitions of {', '.join(roots)} "
+                    "separately (publish_via_partition_root is off): one topic per partition instead of one "
+                    "per table", f"ALTER PUBLICATION {publication} SET (publish_via_partition_root = true);")]
 
 
 def _table_problems(conn: psycopg.Connection[tuple[object, ...]], schema: str, name: str) -> list[Problem]:

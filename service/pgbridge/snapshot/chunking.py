@@ -177,6 +177,17 @@ def _largest_key(conn: psycopg.Connection[tuple[object, ...]], ident: sql.Identi
     return None if row is None else tuple(str(value) for value in row)
 
 
+# Rows and heap blocks of a table. A partitioned table (published via its root, read once through
+# it) has no storage of its own, so its leaf partitions count instead: rows summed (the root's
+# own reltuples, set by ANALYZE, would count them twice), blocks the largest leaf's (a ctid range
+# applies to every partition at once). pg_partition_tree is empty for an ordinary table.
+SIZE_QUERY: Final = (
+    "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint,"
+    " coalesce(max(pg_relation_size(c.oid)), 0) / current_setting('block_size')::bigint"
+    " FROM pg_class c WHERE c.relkind <> 'p' AND (c.oid = %(oid)s OR c.oid IN"
+    " (SELECT relid FROM pg_partition_tree(%(oid)s::oid::regclass) WHERE isleaf))")
+
+
 def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation, key_columns: tuple[str, ...],
                chunk_rows: int, *, boundaries: bool = True) -> TablePlan:
     """Estimate the table's size and split it into chunks of about ``chunk_rows`` rows.
@@ -190,9 +201,7 @@ def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation,
     """
     table = f"{relation.namespace}.{relation.name}"
     ident = sql.Identifier(relation.namespace, relation.name)
-    row = conn.execute("SELECT greatest(reltuples, 0)::bigint,"
-                       " pg_relation_size(oid) / current_setting('block_size')::bigint"
-                       " FROM pg_class WHERE oid = %s", (relation.rel_id,)).fetchone()
+    row = conn.execute(SIZE_QUERY, {"oid": relation.rel_id}).fetchone()
     estimate, block_count = (int(str(row[0])), int(str(row[1]))) if row else (0, 0)
     if not key_columns:
         chunks = ctid_chunks(table, block_count, blocks_per_chunk(chunk_rows, estimate, block_count))

@@ -15,7 +15,7 @@ from pgbridge.decode.messages import Column, Relation
 from pgbridge.errors import ConfigError, FatalError, SlotError
 from pgbridge.lsn import Lsn, parse_lsn
 from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
-from pgbridge.source.identifiers import parse_table
+from pgbridge.source.identifiers import parse_table, table_name
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,23 @@ def ensure_publication(conn: psycopg.Connection[tuple[object, ...]], publication
     except pgerrors.DuplicateObject:
         return
     log.info("publication created", extra={"publication": publication, "tables": tables})
+
+
+def partitioned_published_separately(conn: psycopg.Connection[tuple[object, ...]],
+                                     publication: str) -> list[str]:
+    """Partitioned tables (canonical names) whose partitions ``publication`` publishes as tables
+    of their own: listed in the publication, directly or through FOR ALL TABLES / FOR TABLES IN
+    SCHEMA, while ``publish_via_partition_root`` is off."""
+    rows = conn.execute(
+        "SELECT DISTINCT pn.nspname, pc.relname FROM pg_publication_tables pt"
+        " JOIN pg_publication p ON p.pubname = pt.pubname"
+        " JOIN pg_namespace n ON n.nspname = pt.schemaname"
+        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+        " JOIN pg_inherits i ON i.inhrelid = c.oid"
+        " JOIN pg_class pc ON pc.oid = i.inhparent AND pc.relkind = 'p'"
+        " JOIN pg_namespace pn ON pn.oid = pc.relnamespace"
+        " WHERE pt.pubname = %s AND NOT p.pubviaroot ORDER BY 1, 2", (publication,)).fetchall()
+    return [table_name(str(schema), str(name)) for schema, name in rows]
 
 
 def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[tuple[str, str]]:
