@@ -135,8 +135,8 @@ def check_partition_whole(store: SchemaStore, topic: str, records: list[Record],
         assert not partial, f"BEGIN without END visible: {partial[:5]}"
     elif topic == f"{prefix}.public.ledger":
         lines = Counter(v["source"]["commit_lsn"] for v in _decoded(store, records) if v["transaction"])
-        partial = {lsn: count for lsn, count in lines.items() if count not in (1, 20)}
-        assert not partial, f"transfers with only some ledger lines visible: {partial}"
+        incomplete = {lsn: count for lsn, count in lines.items() if count not in (1, 20)}
+        assert not incomplete, f"transfers with only some ledger lines visible: {incomplete}"
 
 
 class AtomicityChecker(threading.Thread):
@@ -272,6 +272,7 @@ def test_a_fenced_producer_cannot_commit_and_its_open_transaction_never_becomes_
     from confluent_kafka import Producer
 
     from pgbridge.ack.tracker import AckTracker
+    from pgbridge.lsn import Lsn
     from pgbridge.publish.transactions import (
         BatchPolicy,
         Fenced,
@@ -300,7 +301,8 @@ def test_a_fenced_producer_cannot_commit_and_its_open_transaction_never_becomes_
     # when: the standby registers the same transactional.id, and the old leader tries to commit
     new_producer, new, new_tracker = publisher()
     new.init()
-    old._open.position = Position(100) if old._open is not None else None  # a boundary was reached
+    assert old._open is not None, "the old leader holds an open transaction"
+    old._open.position = Position(Lsn(100))  # a boundary was reached
     with pytest.raises(Fenced) as fenced:
         old.commit()
     # then: a clear error, the old unit never completes (nothing confirmed), nothing visible
@@ -310,12 +312,12 @@ def test_a_fenced_producer_cannot_commit_and_its_open_transaction_never_becomes_
     new.hold(new_unit)
     new_producer.produce(topic, b"from the new leader", b"k")
     new_tracker.seal(new_unit, None)
-    new.boundary(Position(200))
+    new.boundary(Position(Lsn(200)))
     new.commit()
     assert new_tracker.is_drained()
     committed = read_topics(kafka_broker.bootstrap, [topic, offsets], min_count=1, timeout=60)
     assert [r.value for r in committed[topic]] == [b"from the new leader"]
-    assert [r.value for r in committed[offsets]][-1] == Position(200).to_json()
+    assert [r.value for r in committed[offsets]][-1] == Position(Lsn(200)).to_json()
     dirty = read_topics(kafka_broker.bootstrap, [topic], min_count=2, timeout=60, isolation="read_uncommitted")
     assert [r.value for r in dirty[topic]] == [b"from the old leader", b"from the new leader"]
 

@@ -135,7 +135,7 @@ def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
     store = RegistrySchemaStore({"url": registry.url})
     latest = store.decode(records[-1].value)
     assert latest["after"] == {"id": 2, "v": "two", "note": "second"}
-    assert store.schema_id_of(records[-1].value) == registry.subjects()[subject][1]
+    assert store.schema_id_of(records[-1].payload) == registry.subjects()[subject][1]
     assert store.decode(records[0].value)["after"]["v"] == 10  # the old id still decodes
     store.close()
 

@@ -45,6 +45,13 @@ class Record:
     timestamp: int | None  # milliseconds since the epoch, None if the broker gave none
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
+    @property
+    def payload(self) -> bytes:
+        """The value of a record that must not be a tombstone (a test reading an insert's bytes)."""
+        if self.value is None:
+            raise AssertionError(f"{self.topic}[{self.partition}]@{self.offset} is a tombstone, not a value")
+        return self.value
+
 
 def list_topics(bootstrap: str, *, timeout: float = 10.0) -> set[str]:
     """Names of all topics on the broker (a metadata request for all topics: creates nothing)."""

@@ -76,7 +76,8 @@ class SchemaRegistry:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"the registry exited; log:\n{log_tail(self.log_path)}")
             with contextlib.suppress(OSError, urllib.error.URLError):
-                return self._request("GET", "/subjects") == []
+                subjects: object = self._request("GET", "/subjects")
+                return subjects == []
             return False
 
         try:

@@ -319,10 +319,10 @@ def _route(state: _State, method: str, parts: list[str], query: dict[str, list[s
     match method, parts:
         case "GET", ["schemas", "types"]:
             return ["AVRO"]
-        case "GET", ["schemas", "ids", schema_id]:
-            if not schema_id.isdigit() or not 1 <= int(schema_id) <= len(state.schemas):
-                raise _error(404, 40403, f"Schema {schema_id} not found")
-            return {"schema": state.schemas[int(schema_id) - 1]}
+        case "GET", ["schemas", "ids", id_text]:
+            if not id_text.isdigit() or not 1 <= int(id_text) <= len(state.schemas):
+                raise _error(404, 40403, f"Schema {id_text} not found")
+            return {"schema": state.schemas[int(id_text) - 1]}
         case "GET", ["subjects"]:
             return sorted(state.subjects)
         case "POST", ["subjects", subject, "versions"]:

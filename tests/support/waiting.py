@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -12,13 +12,16 @@ _NOTHING = object()
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | Literal[False] | None],
     *,
     timeout: float,
     interval: float = 0.1,
     message: str,
 ) -> T:
     """Call ``predicate`` until it returns a truthy value and return that value.
+
+    The ``False`` and ``None`` a predicate returns for "not yet" are never returned, so they are
+    stripped from the result type: ``lambda: ok and text`` waits for a ``str``.
 
     Exceptions raised by ``predicate`` count as "not yet". On timeout raise ``AssertionError`` with
     ``message``, the last value returned and the last exception raised (chained as the cause).

@@ -60,7 +60,8 @@ def test_the_same_schema_gets_the_same_id_in_every_subject(registry: RegistryDou
     other = client.register_schema("b-value", Schema(json.dumps(V1), "AVRO"))
     assert first == again == other
     assert registry.subjects() == {"a-value": [first], "b-value": [first]}
-    assert json.loads(client.get_schema(first).schema_str) == V1
+    stored = client.get_schema(first).schema_str
+    assert stored is not None and json.loads(stored) == V1
     latest = client.get_latest_version("a-value")
     assert (latest.version, latest.schema_id) == (1, first)
     assert client.get_subjects() == ["a-value", "b-value"]
