@@ -1,0 +1,127 @@
+"""Postgres going away under a running workload: a fast shutdown, an immediate shutdown (crash
+recovery on start) and the walsender terminated with ``pg_terminate_backend``. Each time pgbridge
+reconnects with backoff, ``/readyz`` says 503 while Postgres is down and 200 once it streams again,
+and in the end the topic replays to exactly the table: nothing lost, nothing invented."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.support.bridge import BridgeProcess, bridge_env, read_events
+from tests.support.broker import Broker
+from tests.support.churn import create_filled_table
+from tests.support.http import metric, scrape, status
+from tests.support.postgres import PgCluster, PgClusterFactory, create_database, slot_confirmed_flush_lsn
+from tests.support.replay import diff_states, replay, table_state, wait_caught_up
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+TABLE = "public.items"
+ROWS = 1000
+
+
+class Writer(threading.Thread):
+    """Small transactions on ``items`` that outlive the server: a failed connection or commit is
+    retried after a short pause (whatever committed is in the table, which is what replay is
+    compared with)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.halt = threading.Event()
+        self.committed = 0
+        self.failures = 0
+
+    def run(self) -> None:
+        n = 0
+        while not self.halt.is_set():
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                    while not self.halt.is_set():
+                        n += 1
+                        conn.execute("UPDATE items SET n = n + 1, v = %s WHERE id = %s", (f"u{n}", n % ROWS + 1))
+                        conn.execute("INSERT INTO items VALUES (%s, 'new', 0)", (ROWS * 10 + n,))
+                        if n % 7 == 0:
+                            conn.execute("DELETE FROM items WHERE id = %s", ((n * 13) % ROWS + 1,))
+                        conn.commit()
+                        self.committed += 1
+                        time.sleep(0.005)
+            except psycopg.Error:
+                self.failures += 1
+                self.halt.wait(0.2)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)
+
+
+def _readyz(bridge: BridgeProcess, want: int, what: str, timeout: float) -> float:
+    port = bridge.http_port
+    assert port is not None
+    started = time.monotonic()
+    try:
+        wait_until(lambda: status(port, "/readyz") == want, timeout=timeout, interval=0.1,
+                   message=f"/readyz never {want} {what}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; bridge log:\n{bridge.log()[-4000:]}") from None
+    return time.monotonic() - started
+
+
+def _outage(cluster: PgCluster, bridge: BridgeProcess, mode: str) -> str:
+    """Stop Postgres with ``mode``, see /readyz go 503, start it, see /readyz 200 again."""
+    time.sleep(1.0)  # under the workload for a moment
+    cluster.stop(mode)
+    down = _readyz(bridge, 503, f"after a {mode} shutdown", timeout=30)
+    time.sleep(1.0)  # reconnect attempts meet a server that is gone
+    cluster.start()
+    up = _readyz(bridge, 200, f"after the start following a {mode} shutdown", timeout=90)
+    return f"{mode}: 503 after {down:.1f}s, 200 {up:.1f}s after start"
+
+
+@pytest.mark.parametrize("version", [15, 18])
+def test_postgres_restarts_lose_nothing(version: int, pg_cluster_factory: PgClusterFactory,
+                                        kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: a cluster of the test's own, a filled table, a streaming bridge and a running workload
+    cluster = pg_cluster_factory(version)
+    create_database(cluster, "app")
+    dsn = cluster.dsn("app")
+    create_filled_table(dsn, TABLE, ROWS)
+    env = bridge_env(dsn, kafka_broker.bootstrap, topic_prefix, extra={"PGBRIDGE_POSTGRES__TABLES": TABLE})
+    writer = Writer(dsn)
+    with BridgeProcess(env).start(http=True) as bridge:
+        port = bridge.http_port
+        assert port is not None
+        wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix) is not None, timeout=60, interval=0.2,
+                   message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
+        _readyz(bridge, 200, "at start", timeout=30)
+        writer.start()
+        try:
+            # when: a fast shutdown, an immediate one (crash recovery), a terminated walsender
+            notes = [_outage(cluster, bridge, "fast"), _outage(cluster, bridge, "immediate")]
+            reconnects = metric(scrape(port), "pgbridge_reconnects_total", target="postgres")
+            time.sleep(1.0)
+            killed = cluster.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
+            assert killed, "no walsender to terminate"
+            wait_until(lambda: metric(scrape(port), "pgbridge_reconnects_total", target="postgres") > reconnects,
+                       timeout=30, interval=0.2, message="no reconnect after the walsender was terminated")
+            back = _readyz(bridge, 200, "after the walsender was terminated", timeout=60)
+            notes.append(f"walsender terminated: 200 {back:.1f}s after the reconnect")
+            time.sleep(1.0)
+        finally:
+            writer.stop()
+        assert writer.committed > 100, f"the workload barely ran ({writer.committed} transactions)"
+        # then: the bridge catches up, and the topic replays to exactly the table
+        wait_caught_up(dsn, topic_prefix, timeout=60)
+        events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.{TABLE}", topic_prefix,
+                             min_count=ROWS, timeout=60)
+        got, want = replay(events), table_state(dsn, TABLE, ("id",))
+        assert not diff_states(got, want), diff_states(got, want)
+        assert metric(scrape(port), "pgbridge_reconnects_total", target="postgres") >= 3
+        assert bridge.terminate() == 0, bridge.log()
+    print(f"PG{version}: {writer.committed} transactions ({writer.failures} writer reconnects); "
+          + "; ".join(notes))
