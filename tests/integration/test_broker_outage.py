@@ -10,19 +10,30 @@ import time
 import psycopg
 import pytest
 
+from pgbridge.metrics import RECEIVED_LSN
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker, broker_kind
+from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
-from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.postgres import (
+    commit_bound,
+    current_wal_lsn,
+    slot_confirmed_flush_lsn,
+    wait_for_status_update,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def _insert(dsn: str, first: int, count: int) -> None:
+def _insert(dsn: str, first: int, count: int) -> int:
+    """Insert rows ``first``.. one transaction each; return a WAL position below the last commit,
+    which a bridge has read once its received LSN is past it."""
+    last = first + count - 1
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for i in range(first, first + count):
+        for i in range(first, last):
             conn.execute("INSERT INTO t VALUES (%s, %s)", (i, f"row {i}"))
+    return commit_bound(dsn, f"INSERT INTO t VALUES ({last}, 'row {last}')")
 
 
 def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
@@ -33,7 +44,9 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
     env = bridge_env(pg_dsn, fresh_broker.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never"})
     topic = f"{topic_prefix}.public.t"
-    with BridgeProcess(env).start() as bridge:
+    with BridgeProcess(env).start(http=True) as bridge:
+        assert bridge.http_port is not None
+        port = bridge.http_port
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
         _insert(pg_dsn, 1, 50)
         read_topic(fresh_broker.bootstrap, topic, min_count=50, timeout=60, idle=0.5)
@@ -43,8 +56,11 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
         # when: the broker dies and more changes are committed
         fresh_broker.stop()
         confirmed_before = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
-        _insert(pg_dsn, 51, 100)
-        time.sleep(4)  # several status intervals (0.5 s) and keepalives
+        last_write = _insert(pg_dsn, 51, 100)
+        # the bridge has read every change of the outage, then answered Postgres with a status update
+        wait_until(lambda: metric(scrape(port), RECEIVED_LSN) > last_write, timeout=60,
+                   message="the bridge never read the changes committed while the broker was down")
+        wait_for_status_update(pg_dsn, topic_prefix)
         # then: nothing was confirmed while the broker was away
         assert slot_confirmed_flush_lsn(pg_dsn, topic_prefix) == confirmed_before
         assert bridge.alive(), bridge.log()

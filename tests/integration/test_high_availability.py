@@ -5,20 +5,48 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 
 import psycopg
 import pytest
 
+from pgbridge.metrics import RECEIVED_LSN
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.http import metric, scrape, status
 from tests.support.kafka import read_topic
+from tests.support.postgres import execute, server_clock
+from tests.support.transactions import insert_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 # ha.standby_retry_s (1 s) + connect + START_REPLICATION, with room for a loaded CI machine.
 TAKEOVER_BOUND_S = 10.0
+
+
+def refused_lock_polls_since(dsn: str, mark: datetime) -> int:
+    """Leader-lock connections of this database that polled the lock after ``mark`` and hold none.
+
+    A standby polls ``pg_try_advisory_lock`` on its own connection every ``ha.standby_retry_s``; one
+    seen here polled after ``mark`` and was refused: the positive signal that makes "the standby
+    stays a standby" more than "nothing happened yet".
+    """
+    rows = execute(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database()"
+        " AND a.application_name = 'pgbridge-leader' AND a.query LIKE 'SELECT pg_try_advisory_lock(%%'"
+        " AND a.query_start > %s"
+        " AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)",
+        (mark,),
+    )
+    return int(rows[0][0])
+
+
+def _wal_insert_lsn(dsn: str) -> int:
+    """The WAL insert position now: a replica whose received LSN is past it read what came before."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return insert_lsn(conn)
 
 
 def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, kafka_broker: Broker,
@@ -42,10 +70,14 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
         active = wait_until(one_ready, timeout=60, message="exactly one replica should be ready")
         standby = second if active is first else first
         assert standby.http_port is not None and active.http_port is not None
-        time.sleep(2)  # the standby stays a standby
-        assert status(standby.http_port, "/readyz") == 503
-        assert metric(scrape(standby.http_port), "pgbridge_leader") == 0
-        assert metric(scrape(active.http_port), "pgbridge_leader") == 1
+        standby_port, active_port = standby.http_port, active.http_port
+        # the standby stays a standby: it polled the lock after the active replica took it, was refused
+        elected = server_clock(pg_dsn)
+        wait_until(lambda: refused_lock_polls_since(pg_dsn, elected) > 0, timeout=30,
+                   message="the standby never polled the leader lock after the election")
+        assert status(standby_port, "/readyz") == 503
+        assert metric(scrape(standby_port), "pgbridge_leader") == 0
+        assert metric(scrape(active_port), "pgbridge_leader") == 1
 
         committed: list[int] = []
         stop = threading.Event()
@@ -61,14 +93,21 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
 
         writer = threading.Thread(target=workload, daemon=True)
         writer.start()
-        time.sleep(2)
+        # the active replica is streaming the workload when it dies
+        wait_until(lambda: len(committed) >= 100, timeout=60, message="the workload never got going")
+        streaming = _wal_insert_lsn(pg_dsn)
+        wait_until(lambda: metric(scrape(active_port), RECEIVED_LSN) > streaming, timeout=60,
+                   message="the active replica never read the workload")
         # when: the active replica dies without any chance to clean up
         active.kill()
         killed = time.monotonic()
-        wait_until(lambda: status(standby.http_port or 0, "/readyz") == 200, timeout=60, interval=0.1,
+        wait_until(lambda: status(standby_port, "/readyz") == 200, timeout=60, interval=0.1,
                    message="the standby never took over")
         takeover = time.monotonic() - killed
-        time.sleep(2)
+        # the new leader streams the workload before it stops
+        taken_over = _wal_insert_lsn(pg_dsn)
+        wait_until(lambda: metric(scrape(standby_port), RECEIVED_LSN) > taken_over, timeout=60,
+                   message="the new leader never read the workload")
         stop.set()
         writer.join(30)
         # then: fast takeover, and every committed row is in Kafka

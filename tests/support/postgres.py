@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import psycopg
 from psycopg import sql
@@ -48,8 +49,11 @@ __all__ = [
     "drop_database",
     "execute",
     "locate_bindir",
+    "server_clock",
     "slot_confirmed_flush_lsn",
+    "slot_reply_time",
     "start_cluster",
+    "wait_for_status_update",
 ]
 
 
@@ -110,6 +114,40 @@ def current_wal_lsn(dsn: str) -> int:
     """``pg_current_wal_lsn()`` as an int."""
     rows = execute(dsn, "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
     return int(rows[0][0])
+
+
+def server_clock(dsn: str) -> datetime:
+    """Postgres's ``clock_timestamp()``: a mark to compare later server-side timestamps with."""
+    rows = execute(dsn, "SELECT clock_timestamp()")
+    return cast(datetime, rows[0][0])
+
+
+def slot_reply_time(dsn: str, slot: str) -> datetime | None:
+    """When the consumer streaming ``slot`` last sent a standby status update (``reply_time`` of its
+    walsender); ``None`` while nobody streams the slot or before the first update."""
+    rows = execute(
+        dsn,
+        "SELECT r.reply_time FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid"
+        " WHERE s.slot_name = %s",
+        (slot,),
+    )
+    return cast(datetime | None, rows[0][0]) if rows else None
+
+
+def wait_for_status_update(dsn: str, slot: str, *, timeout: float = 30.0) -> None:
+    """Wait until the consumer of ``slot`` sends a standby status update after this call began.
+
+    What it confirmed then is its answer to everything it had read before: the positive signal a
+    test needs before asserting that something was *not* confirmed.
+    """
+    mark = server_clock(dsn)
+
+    def replied_since() -> bool:
+        replied = slot_reply_time(dsn, slot)
+        return replied is not None and replied > mark
+
+    wait_until(replied_since, timeout=timeout, interval=0.1,
+               message=f"the consumer of slot {slot} sent no status update after {mark.isoformat()}")
 
 
 def create_database(cluster: PgCluster, dbname: str) -> None:
