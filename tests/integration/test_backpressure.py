@@ -14,7 +14,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.http import metric, scrape, status
-from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn, wait_for_status_update
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -90,6 +90,9 @@ def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_b
                 peak = max(peak, _rss(pid))
                 time.sleep(0.2)
             in_flight = metric(scrape(port), "pgbridge_kafka_queue_depth")
+            # the bridge holds records it cannot deliver and has answered Postgres since the writes
+            # ended: what it confirmed then is its verdict on them, not a status it had yet to send
+            wait_for_status_update(pg_dsn, topic_prefix)
             # then: bounded memory, a full but bounded queue, and nothing confirmed
             # (the walsender may report positions inside the first, still uncommitted transaction,
             # and those are safe to confirm; its commit must not be)
