@@ -1,0 +1,211 @@
+"""Topic names (the contract's ``{prefix}.{schema}.{table}`` and the internal ``{prefix}._*`` topics)
+and ``TopicManager``'s create-once rules, against a fake admin client (no broker)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from pgbridge.encode.envelope import MAX_TOPIC_LENGTH, topic_name
+from pgbridge.encode.types import EncodeError
+from pgbridge.errors import BrokerUnavailable, PublishError
+from pgbridge.publish.topics import (
+    TopicManager,
+    messages_topic,
+    offsets_topic,
+    sanitize,
+    schemas_topic,
+    table_topic,
+    transactions_topic,
+)
+from pgbridge.snapshot.progress import progress_topic
+
+# --- names ----------------------------------------------------------------------------------------
+
+
+def test_characters_kafka_refuses_become_underscores_and_the_legal_ones_stay() -> None:
+    assert sanitize("app.public.orders") == "app.public.orders"
+    assert sanitize("A-z_0.9") == "A-z_0.9"
+    assert sanitize("my app.Öffentlich.order items$2") == "my_app._ffentlich.order_items_2"
+    assert sanitize("a/b\\c:d") == "a_b_c_d"
+
+
+def test_a_table_topic_is_prefix_schema_table() -> None:
+    assert table_topic("app", "public", "orders") == "app.public.orders"
+    assert table_topic("app", "sales data", "q1/q2") == "app.sales_data.q1_q2"
+
+
+def test_the_publisher_and_the_encoder_name_a_table_topic_alike() -> None:
+    """Two functions build table topics (readers use publish/topics, the encoder encode/envelope):
+    any difference would make a reader wait on a topic nothing is written to."""
+    for schema, table in [("public", "t"), ("Sales", "Order Items"), ("ünï", "cödé"), ("a.b", "c-d_e")]:
+        assert table_topic("pfx", schema, table) == topic_name("pfx", schema, table)
+
+
+def test_internal_topics_are_prefix_underscore_and_never_a_table_topic() -> None:
+    internal = {
+        "messages": messages_topic("app"),
+        "transactions": transactions_topic("app"),
+        "schemas": schemas_topic("app"),
+        "offsets": offsets_topic("app"),
+        "snapshot": progress_topic("app"),
+    }
+    assert internal == {"messages": "app.messages", "transactions": "app.transactions",
+                        "schemas": "app._schemas", "offsets": "app._offsets", "snapshot": "app._snapshot"}
+    # a table topic always has three dot-separated parts after sanitising; these have two
+    for name in internal.values():
+        assert name.count(".") == 1
+    assert table_topic("app", "_schemas", "x") != schemas_topic("app")
+
+
+def test_internal_topic_names_sanitise_the_prefix() -> None:
+    assert schemas_topic("my app") == "my_app._schemas"
+    assert offsets_topic("a/b") == "a_b._offsets"
+
+
+def test_a_topic_name_up_to_kafkas_limit_is_accepted_and_a_longer_one_refused() -> None:
+    assert MAX_TOPIC_LENGTH == 249
+    prefix = "p" * (MAX_TOPIC_LENGTH - len(".s.t"))
+    assert len(topic_name(prefix, "s", "t")) == MAX_TOPIC_LENGTH
+    with pytest.raises(EncodeError, match="longer than Kafka's 249 characters") as refused:
+        topic_name(prefix + "p", "s", "t")
+    assert refused.value.hint is not None and "topic_prefix" in refused.value.hint
+
+
+def test_the_length_limit_counts_the_sanitised_name() -> None:
+    # sanitising maps one character to one: a multi-byte character counts once
+    name = topic_name("ü" * (MAX_TOPIC_LENGTH - 4), "s", "t")
+    assert len(name) == MAX_TOPIC_LENGTH and set(name[:-4]) == {"_"}
+
+
+# --- TopicManager -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _TopicMetadata:
+    error: KafkaError | None = None
+
+
+@dataclass
+class _ClusterMetadata:
+    topics: dict[str, _TopicMetadata]
+
+
+@dataclass
+class FakeAdmin:
+    """The three AdminClient calls TopicManager makes; create outcomes by topic (default: created)."""
+
+    existing: set[str] = field(default_factory=set)
+    broken: set[str] = field(default_factory=set)  # listed with a per-topic error
+    create_errors: dict[str, BaseException] = field(default_factory=dict)
+    list_error: KafkaException | None = None
+    listings: int = 0
+    created: list[tuple[str, int, int, dict[str, str]]] = field(default_factory=list)
+    polls: int = 0
+
+    def list_topics(self, timeout: float) -> _ClusterMetadata:
+        self.listings += 1
+        if self.list_error is not None:
+            raise self.list_error
+        topics = {name: _TopicMetadata() for name in self.existing}
+        topics.update({name: _TopicMetadata(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)) for name in self.broken})
+        return _ClusterMetadata(topics)
+
+    def create_topics(self, new_topics: list[Any], operation_timeout: float,
+                      request_timeout: float) -> dict[str, Future[None]]:
+        futures: dict[str, Future[None]] = {}
+        for new in new_topics:
+            self.created.append((new.topic, new.num_partitions, new.replication_factor, dict(new.config)))
+            future: Future[None] = Future()
+            error = self.create_errors.get(new.topic)
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+            futures[new.topic] = future
+        return futures
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def _manager(admin: FakeAdmin) -> TopicManager:
+    # TopicManager is typed against confluent-kafka's AdminClient; the fake has the calls it makes
+    return TopicManager(cast(AdminClient, admin), partitions=6, replication_factor=3, timeout_s=1.0)
+
+
+def _kafka_failure(code: int) -> KafkaException:
+    return KafkaException(KafkaError(code))
+
+
+def test_an_existing_topic_is_used_as_it_is_and_the_metadata_asked_once_per_session() -> None:
+    admin = FakeAdmin(existing={"app.public.a", "app.public.b"})
+    manager = _manager(admin)
+    manager.ensure("app.public.a")
+    manager.ensure("app.public.b")
+    manager.ensure("app.public.a")
+    assert admin.created == []
+    assert admin.listings == 1
+    assert admin.polls >= 2  # queued log lines are served on every ensure that asks anything
+
+
+def test_a_missing_topic_is_created_once_with_the_configured_shape() -> None:
+    admin = FakeAdmin()
+    manager = _manager(admin)
+    manager.ensure("app.public.t")
+    manager.ensure("app.public.t")
+    assert admin.created == [("app.public.t", 6, 3, {})]
+
+
+def test_a_compacted_internal_topic_has_one_partition() -> None:
+    admin = FakeAdmin()
+    _manager(admin).ensure("app._offsets", compacted=True)
+    assert admin.created == [("app._offsets", 1, 3, {"cleanup.policy": "compact"})]
+
+
+def test_a_topic_listed_with_an_error_is_created_not_trusted() -> None:
+    admin = FakeAdmin(broken={"app.public.t"})
+    _manager(admin).ensure("app.public.t")
+    assert [name for name, *_ in admin.created] == ["app.public.t"]
+
+
+def test_a_topic_created_meanwhile_by_someone_else_is_fine() -> None:
+    admin = FakeAdmin(create_errors={"app.public.t": _kafka_failure(KafkaError.TOPIC_ALREADY_EXISTS)})
+    manager = _manager(admin)
+    manager.ensure("app.public.t")
+    manager.ensure("app.public.t")
+    assert len(admin.created) == 1
+
+
+@pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                                  KafkaError.TOPIC_EXCEPTION, KafkaError.POLICY_VIOLATION])
+def test_a_refused_creation_is_fatal_and_says_what_to_do(code: int) -> None:
+    admin = FakeAdmin(create_errors={"app.public.t": _kafka_failure(code)})
+    with pytest.raises(PublishError, match=r"cannot create topic app\.public\.t") as refused:
+        _manager(admin).ensure("app.public.t")
+    assert refused.value.hint is not None and "grant CREATE" in refused.value.hint
+
+
+@pytest.mark.parametrize("failure", [_kafka_failure(KafkaError.REQUEST_TIMED_OUT),
+                                     _kafka_failure(KafkaError._TRANSPORT), TimeoutError("admin future")])
+def test_a_creation_that_may_succeed_later_is_transient_and_retried_next_time(failure: BaseException) -> None:
+    admin = FakeAdmin(create_errors={"app.public.t": failure})
+    manager = _manager(admin)
+    with pytest.raises(BrokerUnavailable, match=r"cannot create topic app\.public\.t"):
+        manager.ensure("app.public.t")
+    del admin.create_errors["app.public.t"]
+    manager.ensure("app.public.t")  # not remembered as known: asked again
+    assert len(admin.created) == 2
+
+
+def test_unlistable_metadata_is_transient() -> None:
+    admin = FakeAdmin(list_error=_kafka_failure(KafkaError._ALL_BROKERS_DOWN))
+    with pytest.raises(BrokerUnavailable, match="cannot list Kafka's topics"):
+        _manager(admin).ensure("app.public.t")
+    assert admin.created == []
