@@ -9,6 +9,13 @@ The jars are not pgbridge's: the caller passes a class path (the repository's ``
 fetches Apache Kafka's with Maven). Faults the tests need are methods of ``KafkaNode``:
 ``kill()`` (SIGKILL, the log stays on disk), ``start()`` again (a restart that keeps the log),
 ``pause()`` / ``resume()`` (SIGSTOP / SIGCONT).
+
+Security tests add listeners beside the PLAINTEXT one (which stays the inter-broker listener and what
+readiness probes use): ``listeners={"MTLS": "SSL", "SCRAM": "SASL_SSL"}`` gives every node a port per
+name (``node.listener_address(name)``, ``cluster.bootstrap_for(name)``); their TLS and SASL settings
+are ordinary ``overrides`` (``listener.name.mtls.ssl.client.auth=required``, ...). ``scram_users``
+creates SCRAM-SHA-512 credentials when the storage is formatted (``--add-scram``), the KRaft way:
+there is no ZooKeeper to write them to, and a broker cannot create them before it is running.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -67,24 +75,31 @@ def cluster_id() -> str:
 
 
 def node_properties(node_id: int, port: int, voters: str, log_dir: Path, controller_port: int,
-                    size: int, overrides: dict[str, str] | None = None) -> dict[str, str]:
+                    size: int, overrides: dict[str, str] | None = None,
+                    extra_listeners: Mapping[str, tuple[str, int]] | None = None) -> dict[str, str]:
     """``server.properties`` of one combined node; replication settings follow the cluster size.
+
+    ``extra_listeners`` maps a listener name to its security protocol and port; each is added to
+    ``listeners``, ``advertised.listeners`` and the protocol map (the PLAINTEXT listener stays).
 
     A cluster of three or more gets RF 3 and ``min.insync.replicas=2`` for every topic and for the
     internal ones, so ``acks=all`` means two copies; a single node gets 1 everywhere.
     """
     replicas = str(min(3, size))
     min_isr = "2" if size >= 3 else "1"
+    extra = dict(extra_listeners or {})
+    bound = "".join(f",{name}://{HOST}:{port}" for name, (_, port) in extra.items())
+    mapped = "".join(f",{name}:{protocol}" for name, (protocol, _) in extra.items())
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{bound}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}{bound}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+                                          f"SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL{mapped}",
         "log.dirs": str(log_dir),
         "num.partitions": "1",
         "default.replication.factor": replicas,
@@ -117,6 +132,7 @@ class KafkaNode:
         self.node_id = node_id
         self.port = free_port()
         self.controller_port = free_port()
+        self.listener_ports = {name: free_port() for name in cluster.listeners}
         self.dir = cluster.workdir / f"node-{node_id}"
         self.log_dir = self.dir / "data"
         self.config_path = self.dir / "server.properties"
@@ -130,6 +146,10 @@ class KafkaNode:
     def address(self) -> str:
         return f"{HOST}:{self.port}"
 
+    def listener_address(self, name: str) -> str:
+        """``host:port`` of the extra listener ``name`` (see the module docstring)."""
+        return f"{HOST}:{self.listener_ports[name]}"
+
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
@@ -141,12 +161,15 @@ class KafkaNode:
     def write_config(self, voters: str, overrides: dict[str, str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         props = node_properties(self.node_id, self.port, voters, self.log_dir, self.controller_port,
-                                len(self.cluster.nodes), overrides)
+                                len(self.cluster.nodes), overrides,
+                                {name: (protocol, self.listener_ports[name])
+                                 for name, protocol in self.cluster.listeners.items()})
         self.config_path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
 
     def format(self, cid: str) -> None:
         done = subprocess.run(self.cluster.java("kafka.tools.StorageTool", "format", "-t", cid,
-                                                "-c", str(self.config_path), "--ignore-formatted"),
+                                                "-c", str(self.config_path), "--ignore-formatted",
+                                                *scram_arguments(self.cluster.scram_users)),
                               capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise EmbeddedError(f"formatting Kafka node {self.node_id} failed:\n{done.stdout}{done.stderr}")
@@ -214,6 +237,14 @@ def _brokers_seen_by(address: str) -> set[int]:
         return set()
 
 
+def scram_arguments(users: Mapping[str, str]) -> list[str]:
+    """``kafka-storage format`` arguments creating a SCRAM-SHA-512 credential per user → password."""
+    arguments: list[str] = []
+    for user, password in users.items():
+        arguments += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
+    return arguments
+
+
 @functools.cache
 def _remove_stale_dirs_once() -> None:
     remove_stale_dirs(Path(tempfile.gettempdir()), _DIR_PREFIX)
@@ -223,12 +254,15 @@ class KafkaCluster:
     """``size`` combined nodes sharing one KRaft quorum; ``bootstrap`` names every node."""
 
     def __init__(self, classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
-                 java: str | None = None) -> None:
+                 java: str | None = None, listeners: Mapping[str, str] | None = None,
+                 scram_users: Mapping[str, str] | None = None) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster needs at least one node")
         self.classpath = classpath
         self._java = java or shutil.which("java") or "java"
         self.overrides = dict(overrides or {})
+        self.listeners = dict(listeners or {})  # extra listener name -> security protocol
+        self.scram_users = dict(scram_users or {})
         _remove_stale_dirs_once()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
@@ -244,6 +278,10 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(node.address for node in self.nodes)
+
+    def bootstrap_for(self, listener: str) -> str:
+        """Every node's address on the extra listener ``listener``."""
+        return ",".join(node.listener_address(listener) for node in self.nodes)
 
     def java(self, main_class: str, *args: str) -> list[str]:
         return [self._java, *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
@@ -340,9 +378,11 @@ class KafkaCluster:
         self.close()
 
 
-def start_kafka(classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None) -> KafkaCluster:
+def start_kafka(classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
+                listeners: Mapping[str, str] | None = None,
+                scram_users: Mapping[str, str] | None = None) -> KafkaCluster:
     """A started cluster of ``size`` nodes; the caller owns it (``close()``)."""
-    cluster = KafkaCluster(classpath, size, overrides=overrides)
+    cluster = KafkaCluster(classpath, size, overrides=overrides, listeners=listeners, scram_users=scram_users)
     try:
         cluster.start()
     except BaseException:
