@@ -135,6 +135,10 @@ class KafkaConfig(_Section):
     transaction_timeout_ms: int = Field(default=600_000, ge=10_000)  # the producer's transaction.timeout.ms
     # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.
     properties: dict[str, SecretStr] = Field(default_factory=dict)
+    # A record Kafka refuses as too large (producer message.max.bytes, topic max.message.bytes):
+    # "stop" fails with an error naming it; "dead_letter" publishes its position and key to
+    # {prefix}._dead_letter and goes on (publish/oversize.py).
+    oversize_policy: Literal["stop", "dead_letter"] = "stop"
 
     @field_validator("topic_prefix")
     @classmethod

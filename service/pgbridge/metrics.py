@@ -43,6 +43,7 @@ KAFKA_TRANSACTIONS_TOTAL: Final = "pgbridge_kafka_transactions_total"
 KAFKA_TRANSACTION_COMMIT_SECONDS: Final = "pgbridge_kafka_transaction_commit_seconds"
 KAFKA_TRANSACTION_RECORDS: Final = "pgbridge_kafka_transaction_records"
 STALLED: Final = "pgbridge_stalled"
+OVERSIZE_RECORDS_TOTAL: Final = "pgbridge_oversize_records_total"
 
 LABEL_TABLE: Final = "table"
 LABEL_OP: Final = "op"
@@ -119,6 +120,10 @@ class Metrics:
                                         registry=r)
         self.slot_wal_status = Gauge(SLOT_WAL_STATUS, "1 for the slot's current wal_status",
                                      [LABEL_STATUS], registry=r)
+        self.slot_failover_synced = Gauge(
+            "pgbridge_slot_failover_synced", "1 when the slot is a failover slot (Postgres 17+) that survives "
+            "a failover: synced on this server, or synchronized_standby_slots names only standby slots with "
+            "a standby streaming (source/monitor.py SlotState.failover_protected); else 0", registry=r)
         self.slot_invalidation_forecast = Gauge(
             SLOT_INVALIDATION_FORECAST_SECONDS, "Seconds until the slot would be invalidated if "
             "confirmation stopped now, at the current WAL rate (+Inf: no limit or no WAL traffic)",
@@ -150,6 +155,9 @@ class Metrics:
         self.kafka_transaction_records = Histogram(KAFKA_TRANSACTION_RECORDS, "Records per committed Kafka "
                                                    "transaction (exactly-once mode)",
                                                    buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000), registry=r)
+        self.oversize_records = Counter(OVERSIZE_RECORDS_TOTAL, "Records Kafka refused as too large, by "
+                                        "table (kafka.oversize_policy: stopped at, or dead-lettered)",
+                                        [LABEL_TABLE], registry=r)
 
 
 class EncodeMetrics:

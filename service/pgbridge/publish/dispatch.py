@@ -45,6 +45,7 @@ from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
+from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.transactions import Position
 from pgbridge.slotted import slot_setters
@@ -181,6 +182,8 @@ class Dispatcher:
         self._idle = idle
         self._tx: _OpenTransaction | None = None
         self._skipped: TxBegin | None = None  # exactly-once: a transaction already whole in Kafka
+        self._row_event: RowChange | None = None  # the change being produced, for ``_describe_row``
+        self._describe_row = self._row_origin  # bound once: the row path passes it every row
 
     @property
     def in_transaction(self) -> bool:
@@ -188,7 +191,24 @@ class Dispatcher:
 
     def produce(self, record: OutRecord, callback: Callable[..., None], unit: Unit) -> None:
         self.publisher.topics.ensure(record.topic)
-        self.publisher.produce(record.topic, record.key, record.value, callback, unit, self._idle)
+        self.publisher.produce(record.topic, record.key, record.value, callback, unit, self._idle,
+                               self._other_origin)
+
+    # -- where a record came from, asked only when Kafka refuses it as too large ---------------------
+    def _row_origin(self, topic: str) -> RecordOrigin:
+        """The row being produced now: its table, key columns and position in its transaction."""
+        event, tx = self._row_event, self._tx
+        if event is None or tx is None:
+            return self._other_origin(topic)
+        return RecordOrigin(table=self.encoder.table_of(event.relation), key=row_key_text(event),
+                            commit_lsn=tx.begin.commit_lsn, total_order=tx.total_order)
+
+    def _other_origin(self, topic: str) -> RecordOrigin:
+        """A record that is not a row change (boundary, truncate, message, snapshot row)."""
+        tx = self._tx
+        return RecordOrigin(table=topic, key="(see the record key)",
+                            commit_lsn=None if tx is None else tx.begin.commit_lsn,
+                            total_order=None if tx is None else tx.total_order)
 
     # -- events ------------------------------------------------------------------------------------
     def handle(self, event: AssembledEvent) -> None:
@@ -223,7 +243,9 @@ class Dispatcher:
             tx.next_context(tally)
             return
         records = encoder.encode_row(event, tx.next_context(tally))
-        tally.add(event.op, self.publisher.produce_all(records, tx.callback, tx.unit, self._idle))
+        self._row_event = event
+        tally.add(event.op, self.publisher.produce_all(records, tx.callback, tx.unit, self._idle,
+                                                        self._describe_row))
         snap = self.incremental
         if snap is not None and snap.window_table == table:
             snap.drop_keys(record.key for record in records)

@@ -21,6 +21,18 @@ from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable, PgbridgeError, PublishError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.metrics import Metrics
+from pgbridge.publish.oversize import (
+    BROKER,
+    PRODUCER,
+    WATCH_BYTES,
+    Describe,
+    RecordOrigin,
+    dead_letter_topic,
+    dead_letter_value,
+    key_bytes_text,
+    oversize_error,
+    producer_limit,
+)
 from pgbridge.publish.topics import TopicManager, offsets_topic
 from pgbridge.publish.transactions import (
     BatchPolicy,
@@ -49,6 +61,7 @@ _FATAL_CODES: Final = {
 PARTITION_UNASSIGNED: Final = -1
 
 CompletedHook = Callable[[list[Unit]], None]
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
 def producer_config(config: KafkaConfig) -> dict[str, Any]:
@@ -132,6 +145,13 @@ class KafkaPublisher:
         settings = producer_config(config) | transactional_config(config, slot)
         settings["error_cb"] = self._on_client_error
         self._producer = Producer(settings, logger=LibrdkafkaLog())
+        # Oversized records (publish/oversize.py): the producer's limit, the policy, and the dead
+        # letters refused in a delivery report, produced at the next poll (not from the callback).
+        self._producer_limit = producer_limit(settings)
+        self._watch_bytes = min(WATCH_BYTES, self._producer_limit)
+        self._dead_letter = config.oversize_policy == "dead_letter"
+        self._dead_letter_topic = dead_letter_topic(config.topic_prefix)
+        self._dead_letters: list[tuple[bytes | None, bytes, DeliveryCallback]] = []
         self._slot = slot
         self.transactions: KafkaTransactions | None = None
         if config.exactly_once:
@@ -140,7 +160,8 @@ class KafkaPublisher:
                 policy=BatchPolicy(max_age_s=config.transaction_max_ms / 1000, max_bytes=config.transaction_max_bytes,
                                    split_after_s=config.transaction_timeout_ms / 2000),
                 on_commit=self._committed)
-        self.topics = TopicManager(AdminClient(admin_config(config), logger=LibrdkafkaLog()), partitions=config.topic_partitions,
+        self._admin = AdminClient(admin_config(config), logger=LibrdkafkaLog())
+        self.topics = TopicManager(self._admin, partitions=config.topic_partitions,
                                    replication_factor=config.topic_replication_factor)
         self._max_in_flight = config.max_in_flight
         self._last_topic: str | None = None  # produce_all: the last topic known to exist
@@ -157,6 +178,10 @@ class KafkaPublisher:
                 done = tracker.delivered(unit)
                 if done:
                     on_completed(done)
+            elif error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # refused by the broker
+                self._broker_refused(error, _message.topic() or "?", _message.key(),
+                                     len(_message.key() or b"") + len(_message.value() or b""), None,
+                                     on_delivery, unit)
             else:
                 tracker.failed(unit)
                 self._record_failure(error)
@@ -236,45 +261,59 @@ class KafkaPublisher:
     # -- producing -------------------------------------------------------------------------------
     def produce(self, topic: str, key: bytes | None, value: bytes | None,
                 callback: Callable[[KafkaError | None, Message], None], unit: Unit,
-                idle: Callable[[], None]) -> None:
-        """Hand one record to librdkafka; when the queue is full, serve callbacks and wait."""
+                idle: Callable[[], None], describe: Describe | None = None) -> None:
+        """Hand one record to librdkafka; when the queue is full, serve callbacks and wait.
+        ``describe`` names the record's origin should Kafka refuse it as too large."""
+        if self._dead_letters:
+            self._produce_dead_letters()
         if self.transactions is not None:
             self.transactions.ensure_open()
             self.transactions.wrote(1, len(value or b"") + len(key or b""))
         self._tracker.add_record(unit)
+        if value is not None and len(value) >= self._watch_bytes:
+            callback = self._watched(topic, key, len(value), callback, unit, describe)
         try:
             self._producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
         except BufferError:
-            self._wait_and_produce(topic, key, value, callback, idle)
+            self._wait_and_produce(topic, key, value, callback, idle, describe)
         except KafkaException as exc:
-            raise self._refused(exc) from None
+            self._refused_record(exc, topic, key, value, callback, idle, describe)
 
     def produce_all(self, records: Sequence[tuple[str, bytes | None, bytes | None]],
                     callback: Callable[[KafkaError | None, Message], None], unit: Unit,
-                    idle: Callable[[], None]) -> int:
+                    idle: Callable[[], None], describe: Describe | None = None) -> int:
         """The row path's ``produce``: a change's records (``(topic, key, value)``, in order) with one
         tracker update, the topic checked once per change of topic; returns key + value bytes.
 
         Topic creation is asked of ``topics`` only when the topic differs (by identity, then by
         value) from the previous call's: a table's plan hands out the same string every row.
+        A record of ``WATCH_BYTES`` or more gets a callback of its own remembering ``describe``'s
+        answer, in case the broker refuses it as too large.
         """
+        if self._dead_letters:
+            self._produce_dead_letters()
         if self.transactions is not None:
             self.transactions.ensure_open()
         self._tracker.add_records(unit, len(records))
         produce = self._producer.produce
+        watch = self._watch_bytes
         nbytes = 0
         for topic, key, value in records:
             if topic is not self._last_topic:
                 self.topics.ensure(topic)
                 self._last_topic = topic
-            try:
-                produce(topic, value, key, PARTITION_UNASSIGNED, callback)
-            except BufferError:
-                self._wait_and_produce(topic, key, value, callback, idle)
-            except KafkaException as exc:  # a fatal producer state (fenced) refuses every produce
-                raise self._refused(exc) from None
+            record_callback = callback
             if value is not None:
-                nbytes += len(value)
+                size = len(value)
+                nbytes += size
+                if size >= watch:
+                    record_callback = self._watched(topic, key, size, callback, unit, describe)
+            try:
+                produce(topic, value, key, PARTITION_UNASSIGNED, record_callback)
+            except BufferError:
+                self._wait_and_produce(topic, key, value, record_callback, idle, describe)
+            except KafkaException as exc:  # too large, or a fatal producer state (fenced)
+                self._refused_record(exc, topic, key, value, record_callback, idle, describe)
             if key is not None:
                 nbytes += len(key)
         if self.transactions is not None:
@@ -282,7 +321,8 @@ class KafkaPublisher:
         return nbytes
 
     def _wait_and_produce(self, topic: str, key: bytes | None, value: bytes | None,
-                          callback: Callable[[KafkaError | None, Message], None], idle: Callable[[], None]) -> None:
+                          callback: Callable[[KafkaError | None, Message], None], idle: Callable[[], None],
+                          describe: Describe | None = None) -> None:
         """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
         def wait() -> None:
             self._producer.poll(0.05)
@@ -292,7 +332,108 @@ class KafkaPublisher:
         try:
             produce_when_room(self._producer, topic, key, value, callback, wait)
         except KafkaException as exc:
+            self._refused_record(exc, topic, key, value, callback, idle, describe)
+
+    # -- records too large (publish/oversize.py) -------------------------------------------------
+    def _origin(self, topic: str, key: bytes | None, describe: Describe | None) -> RecordOrigin:
+        return describe(topic) if describe is not None else RecordOrigin(topic, key_bytes_text(key))
+
+    def _refused_record(self, exc: KafkaException, topic: str, key: bytes | None, value: bytes | None,
+                        callback: DeliveryCallback, idle: Callable[[], None], describe: Describe | None) -> None:
+        """produce() raised: too large for the producer's message.max.bytes (stop, or dead-letter
+        in the record's place under the same callback), or a fatal producer state (raise)."""
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError) or error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
             raise self._refused(exc) from None
+        origin = self._origin(topic, key, describe)
+        size = len(key or b"") + len(value or b"")
+        self._metrics.oversize_records.labels(origin.table).inc()
+        if not self._dead_letter:
+            failure = oversize_error(origin, topic, size, PRODUCER, self._producer_limit, self._config.topic_prefix)
+            if self._error is None:
+                self._error = failure
+            raise failure
+        log.warning("record too large for Kafka: dead-lettered",
+                    extra={"table": origin.table, "key": origin.key, "bytes": size, "topic": self._dead_letter_topic})
+        letter = dead_letter_value(origin, topic, size, PRODUCER, self._producer_limit, error.str())
+        self.topics.ensure(self._dead_letter_topic)
+        try:
+            self._producer.produce(self._dead_letter_topic, letter, key, PARTITION_UNASSIGNED, callback)
+        except BufferError:
+            self._wait_and_produce(self._dead_letter_topic, key, letter, callback, idle)
+        except KafkaException as dead_letter_exc:
+            raise self._refused(dead_letter_exc) from None
+
+    def _watched(self, topic: str, key: bytes | None, value_size: int, callback: DeliveryCallback, unit: Unit,
+                 describe: Describe | None) -> DeliveryCallback:
+        """A large record's own callback: it remembers where the record came from (not the value)."""
+        origin = self._origin(topic, key, describe)
+        size = value_size + len(key or b"")
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                self._broker_refused(error, topic, key, size, origin, callback, unit)
+            else:
+                callback(error, message)
+
+        return on_delivery
+
+    def _broker_refused(self, error: KafkaError, topic: str, key: bytes | None, size: int,
+                        origin: RecordOrigin | None, callback: DeliveryCallback, unit: Unit) -> None:
+        """A delivery report said too large (the topic's max.message.bytes). With ``dead_letter``
+        the dead letter goes out at the next poll under ``callback``, and the unit stays pending
+        until it is acknowledged; otherwise (or inside a Kafka transaction, which the refusal has
+        already doomed) the unit fails and the session stops with the error naming the record."""
+        origin = origin or RecordOrigin(topic, key_bytes_text(key))
+        self._metrics.oversize_records.labels(origin.table).inc()
+        limit = self._topic_limit(topic)
+        if self._dead_letter and self.transactions is None:
+            log.warning("record too large for Kafka: dead-lettered",
+                        extra={"table": origin.table, "key": origin.key, "bytes": size,
+                               "topic": self._dead_letter_topic})
+            self._dead_letters.append(
+                (key, dead_letter_value(origin, topic, size, BROKER, limit, error.str()), callback))
+            return
+        self._tracker.failed(unit)
+        self._metrics.delivery_errors.inc()
+        if self._error is None:
+            self._error = oversize_error(origin, topic, size, BROKER, limit, self._config.topic_prefix)
+        log.error("delivery failed: record too large",
+                  extra={"table": origin.table, "key": origin.key, "bytes": size, "code": error.code()})
+
+    def _topic_limit(self, topic: str) -> int | None:
+        """The topic's max.message.bytes as the cluster reports it; ``None`` when it cannot say."""
+        if not self.kafka_ok or topic == "?":
+            return None
+        try:
+            from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+            futures = self._admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)],
+                                                   request_timeout=5)
+            for future in futures.values():
+                entry = future.result(timeout=5).get("max.message.bytes")
+                if entry is not None and entry.value is not None:
+                    return int(entry.value)
+        except Exception:
+            log.debug("could not read max.message.bytes of %s", topic, exc_info=True)
+        return None
+
+    def _produce_dead_letters(self) -> None:
+        """Produce the dead letters refused deliveries left behind; a full queue keeps the rest for
+        the next call. Runs outside delivery callbacks (poll, flush, the next produce)."""
+        pending = self._dead_letters
+        if pending:
+            self.topics.ensure(self._dead_letter_topic)
+        while pending:
+            key, letter, callback = pending[0]
+            try:
+                self._producer.produce(self._dead_letter_topic, letter, key, PARTITION_UNASSIGNED, callback)
+            except BufferError:
+                return
+            except KafkaException as exc:
+                self._refused(exc)
+                return
+            pending.pop(0)
 
     def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
         """Produce one record and wait for its acknowledgement (schema announcements)."""
@@ -323,14 +464,19 @@ class KafkaPublisher:
         return True
 
     def poll(self, timeout: float = 0.0) -> int:
-        return int(self._producer.poll(timeout))
+        served = int(self._producer.poll(timeout))
+        if self._dead_letters:
+            self._produce_dead_letters()
+        return served
 
     def flush(self, timeout_s: float) -> int:
-        """Wait for outstanding deliveries; returns how many are still outstanding."""
+        """Wait for outstanding deliveries (and dead letters still to produce); returns how many
+        are still outstanding."""
         deadline = time.monotonic() + timeout_s
-        while len(self._producer) and time.monotonic() < deadline:
+        while (len(self._producer) or self._dead_letters) and time.monotonic() < deadline:
+            self._produce_dead_letters()
             self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
-        return len(self._producer)
+        return len(self._producer) + len(self._dead_letters)
 
     def close(self) -> None:
         """Drop whatever is still queued: the pipeline resumes from the confirmed LSN anyway."""

@@ -22,9 +22,10 @@ from tests.support.ports import free_port
 TRANSIENT_DELIVERY_CODES = [KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
                             KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_LEADER_FOR_PARTITION,
                             KafkaError.REQUEST_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART]
-# Codes no retry fixes: the operator must change an ACL or a size limit.
+# Codes no retry fixes: the operator must change an ACL. (MSG_SIZE_TOO_LARGE has its own error
+# naming the record and the limits, and a policy: tests/unit/publish/test_oversize.py.)
 FATAL_DELIVERY_CODES = [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-                        KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.SASL_AUTHENTICATION_FAILED]
+                        KafkaError.SASL_AUTHENTICATION_FAILED]
 FENCED_DELIVERY_CODES = [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH]
 
 
