@@ -46,8 +46,21 @@ def client(registry: RegistryDouble) -> Iterator[SchemaRegistryClient]:
         yield c
 
 
+_OPEN: list[ConfluentRegistrar] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_registrars() -> Iterator[None]:
+    """Every registrar a test connects is closed after it: an open HTTP session is a ResourceWarning."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def _registrar(url: str, **extra: Any) -> ConfluentRegistrar:
-    return ConfluentRegistrar.connect(SchemaRegistryConfig(url=url, timeout_s=2, **extra))
+    registrar = ConfluentRegistrar.connect(SchemaRegistryConfig(url=url, timeout_s=2, **extra))
+    _OPEN.append(registrar)
+    return registrar
 
 
 # --- the double through confluent-kafka's own client ----------------------------------------------
@@ -56,7 +69,8 @@ def _registrar(url: str, **extra: Any) -> ConfluentRegistrar:
 def test_the_same_schema_gets_the_same_id_in_every_subject(registry: RegistryDouble,
                                                            client: SchemaRegistryClient) -> None:
     first = client.register_schema("a-value", Schema(json.dumps(V1), "AVRO"))
-    again = SchemaRegistryClient({"url": registry.url}).register_schema("a-value", Schema(json.dumps(V1), "AVRO"))
+    with SchemaRegistryClient({"url": registry.url}) as other_client:
+        again = other_client.register_schema("a-value", Schema(json.dumps(V1), "AVRO"))
     other = client.register_schema("b-value", Schema(json.dumps(V1), "AVRO"))
     assert first == again == other
     assert registry.subjects() == {"a-value": [first], "b-value": [first]}
