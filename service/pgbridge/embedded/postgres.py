@@ -420,7 +420,15 @@ class PgCluster:
     """One throwaway PostgreSQL server: its own data directory, port and unix socket directory."""
 
     def __init__(
-        self, version: int, bindir: Path, root: Path, port: int, settings: Mapping[str, str]
+        self,
+        version: int,
+        bindir: Path,
+        root: Path,
+        port: int,
+        settings: Mapping[str, str],
+        *,
+        hba: Sequence[str] = (),
+        files: Mapping[str, bytes] | None = None,
     ) -> None:
         self.version = version
         self.bindir = bindir
@@ -431,6 +439,10 @@ class PgCluster:
         self.socket_dir = root / "socket"
         self.log_path = root / "postgres.log"
         self.settings: dict[str, str] = dict(settings)
+        # TLS tests: pg_hba lines matched before the harness's trust lines, and files (server
+        # certificate and key) put in the data directory, owned by the server's OS user.
+        self.hba = tuple(hba)
+        self.files = dict(files or {})
         self._run_as = _run_as()
         self._process: subprocess.Popen[bytes] | None = None
         self._closed = False
@@ -496,7 +508,12 @@ class PgCluster:
                 f"initdb for PostgreSQL {self.version} failed (exit {result.returncode}):\n"
                 f"{result.stdout}\n{result.stderr}"
             )
-        (self.datadir / "pg_hba.conf").write_text(_HBA)
+        (self.datadir / "pg_hba.conf").write_text("".join(f"{line}\n" for line in self.hba) + _HBA)
+        for name, content in self.files.items():
+            path = self.datadir / name
+            path.write_bytes(content)
+            path.chmod(0o600)  # Postgres refuses a private key others can read
+            self._run_as.chown(path)
         with (self.datadir / "postgresql.conf").open("a") as conf:
             conf.write("\n# added by pgbridge.embedded.postgres\ninclude 'harness.conf'\n")
         self._write_harness_conf()
@@ -638,14 +655,22 @@ class PgCluster:
 
 
 def start_cluster(
-    version: int, *, settings: Mapping[str, str] | None = None, bindir: Path | None = None
+    version: int,
+    *,
+    settings: Mapping[str, str] | None = None,
+    bindir: Path | None = None,
+    hba: Sequence[str] = (),
+    files: Mapping[str, bytes] | None = None,
 ) -> PgCluster:
     """initdb and start a PostgreSQL ``version`` cluster with ``DEFAULT_SETTINGS`` updated by
-    ``settings``, from ``bindir`` if given. The caller owns it: ``close()`` it."""
+    ``settings``, from ``bindir`` if given. ``hba`` lines come before the harness's own (which trust
+    every local and loopback connection); ``files`` are written into the data directory (mode 0600,
+    owned by the server's user), e.g. ``server.crt``/``server.key`` for ``ssl = on``. The caller
+    owns it: ``close()`` it."""
     located = locate_bindir(version, override=bindir)
     merged = {**DEFAULT_SETTINGS, **{name: str(value) for name, value in (settings or {}).items()}}
     root = _session_dir() / f"pg{version}-{uuid.uuid4().hex[:8]}"
-    cluster = PgCluster(version, located, root, free_port(), merged)
+    cluster = PgCluster(version, located, root, free_port(), merged, hba=hba, files=files)
     try:
         cluster.initialize()
         for attempt in range(3):
