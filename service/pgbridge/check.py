@@ -13,6 +13,8 @@ from pgbridge.errors import PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
+from pgbridge.source.connection import FAILOVER_VERSION
+from pgbridge.source.monitor import read_slot
 from pgbridge.source.type_catalog import CatalogTypes
 
 # Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
@@ -21,7 +23,7 @@ _TOASTABLE_STORAGE = ("x", "e")
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    severity: str  # "error" fails the check; "warning" is reported but passes
+    severity: str  # "error" fails the check; "warning" is reported but passes; "info" is a fact
     message: str
     fix: str
 
@@ -91,6 +93,44 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         if info.active:
             problems.append(Problem("warning", f"slot {pg.slot} is in use by pid {info.active_pid}",
                                     "another consumer is streaming; run stops until it exits"))
+    if pg.failover_slot and conn.info.server_version >= FAILOVER_VERSION:
+        problems.extend(_failover_problems(conn, pg.slot))
+    return problems
+
+
+def _failover_problems(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> list[Problem]:
+    """Whether the slot would survive a failover to a standby (Postgres 17+): a failover slot, and
+    ``synchronized_standby_slots`` naming standby slots with a standby on them (see
+    source/monitor.py ``SlotState.failover_protected``, the same rule as the metric)."""
+    state = read_slot(conn, slot)
+    if state is None:
+        return []  # created as a failover slot by run
+    problems: list[Problem] = []
+    if not state.failover:
+        problems.append(Problem("warning", f"slot {slot} is not a failover slot: a promoted standby would not have it",
+                                "pgbridge run makes it one at its next start (postgres.failover_slot); or "
+                                f'ALTER_REPLICATION_SLOT "{slot}" (FAILOVER true) on a replication connection'))
+    elif state.synced:
+        problems.append(Problem("info", f"slot {slot} is a failover slot synchronized on this server (a standby, "
+                                "or one promoted since)", "nothing to do"))
+    elif not state.standby_slots:
+        if state.active_physical_slots:
+            standbys = ", ".join(sorted(state.active_physical_slots))
+            problems.append(Problem(
+                "warning", f"slot {slot} is a failover slot but synchronized_standby_slots is empty: pgbridge may "
+                "receive changes a standby does not have yet, and after a failover to it they are gone from "
+                "Postgres but in Kafka", f"ALTER SYSTEM SET synchronized_standby_slots = '{standbys}'; "
+                "SELECT pg_reload_conf();"))
+    else:
+        missing = [name for name in state.standby_slots if name not in state.active_physical_slots]
+        if missing:
+            problems.append(Problem(
+                "warning", f"synchronized_standby_slots names {', '.join(missing)} with no standby streaming on "
+                f"it: changes to failover slot {slot} wait for it", "start the standby, or remove the slot from "
+                "synchronized_standby_slots"))
+        else:
+            problems.append(Problem("info", f"slot {slot} is a failover slot protected by synchronized_standby_slots "
+                                    f"({', '.join(state.standby_slots)})", "nothing to do"))
     return problems
 
 

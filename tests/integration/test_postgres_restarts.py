@@ -5,17 +5,21 @@ and in the end the topic replays to exactly the table: nothing lost, nothing inv
 
 from __future__ import annotations
 
-import threading
 import time
 
-import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.churn import create_filled_table
 from tests.support.http import metric, scrape, status
-from tests.support.postgres import PgCluster, PgClusterFactory, create_database, slot_confirmed_flush_lsn
+from tests.support.postgres import (
+    PgCluster,
+    PgClusterFactory,
+    RetryingWriter,
+    create_database,
+    slot_confirmed_flush_lsn,
+)
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -23,41 +27,6 @@ pytestmark = pytest.mark.integration
 
 TABLE = "public.items"
 ROWS = 1000
-
-
-class Writer(threading.Thread):
-    """Small transactions on ``items`` that outlive the server: a failed connection or commit is
-    retried after a short pause (whatever committed is in the table, which is what replay is
-    compared with)."""
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.halt = threading.Event()
-        self.committed = 0
-        self.failures = 0
-
-    def run(self) -> None:
-        n = 0
-        while not self.halt.is_set():
-            try:
-                with psycopg.connect(self.dsn, connect_timeout=2) as conn:
-                    while not self.halt.is_set():
-                        n += 1
-                        conn.execute("UPDATE items SET n = n + 1, v = %s WHERE id = %s", (f"u{n}", n % ROWS + 1))
-                        conn.execute("INSERT INTO items VALUES (%s, 'new', 0)", (ROWS * 10 + n,))
-                        if n % 7 == 0:
-                            conn.execute("DELETE FROM items WHERE id = %s", ((n * 13) % ROWS + 1,))
-                        conn.commit()
-                        self.committed += 1
-                        time.sleep(0.005)
-            except psycopg.Error:
-                self.failures += 1
-                self.halt.wait(0.2)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(30)
 
 
 def _readyz(bridge: BridgeProcess, want: int, what: str, timeout: float) -> float:
@@ -92,7 +61,7 @@ def test_postgres_restarts_lose_nothing(version: int, pg_cluster_factory: PgClus
     dsn = cluster.dsn("app")
     create_filled_table(dsn, TABLE, ROWS)
     env = bridge_env(dsn, kafka_broker.bootstrap, topic_prefix, extra={"PGBRIDGE_POSTGRES__TABLES": TABLE})
-    writer = Writer(dsn)
+    writer = RetryingWriter(dsn, ROWS)
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None

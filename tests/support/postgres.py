@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -17,8 +20,10 @@ from typing import Protocol, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgbridge.embedded import postgres as _embedded
+from pgbridge.embedded.ports import free_port
 from pgbridge.embedded.postgres import (
     DEFAULT_SETTINGS,
     HOST,
@@ -44,11 +49,13 @@ __all__ = [
     "WHEEL_VERSION",
     "PgCluster",
     "PgClusterFactory",
+    "RetryingWriter",
     "create_database",
     "current_wal_lsn",
     "drop_database",
     "execute",
     "locate_bindir",
+    "promote_standby",
     "server_clock",
     "slot_confirmed_flush_lsn",
     "slot_reply_time",
@@ -182,3 +189,98 @@ def drop_database(cluster: PgCluster, dbname: str, *, timeout: float = 30.0) -> 
         slots_dropped, timeout=timeout, interval=0.05, message=f"replication slots of {dbname} to be dropped"
     )
     cluster.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+# --- Standbys -----------------------------------------------------------------------------------------
+
+
+def start_standby(primary: PgCluster, slot: str, *, settings: Mapping[str, str] | None = None) -> PgCluster:
+    """A physical standby of ``primary``: a physical slot ``slot`` on the primary, ``pg_basebackup``
+    of it, then the copy started in standby mode streaming from that slot, with
+    ``hot_standby_feedback`` on and a ``dbname`` in ``primary_conninfo`` (what slot synchronization,
+    ``sync_replication_slots = on`` in ``settings``, needs on Postgres 17+). The caller owns it:
+    ``close()`` it. Promote it with ``promote_standby``."""
+    primary.execute("SELECT pg_create_physical_replication_slot(%s, true)", params=(slot,))
+    conninfo = make_conninfo(host=primary.host, port=primary.port, user=SUPERUSER, dbname="postgres",
+                             application_name=slot)
+    merged = {**primary.settings, "primary_conninfo": conninfo, "primary_slot_name": slot, "hot_standby": "on",
+              "hot_standby_feedback": "on", **(settings or {})}
+    standby = PgCluster(primary.version, primary.bindir, primary.root.parent / f"{primary.root.name}-{slot}",
+                        free_port(), merged)
+    run_as = standby._run_as
+    standby.root.mkdir(mode=0o700)
+    run_as.chown(standby.root)
+    standby.socket_dir.mkdir(mode=0o700)
+    run_as.chown(standby.socket_dir)
+    try:
+        command = [str(primary.bindir / "pg_basebackup"), "--pgdata", str(standby.datadir),
+                   "--host", primary.host, "--port", str(primary.port), "--username", SUPERUSER,
+                   "--wal-method", "stream", "--checkpoint", "fast", "--no-sync"]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=standby.root, timeout=120,
+                                check=False, env=_server_env(), **run_as.popen_kwargs())
+        if result.returncode != 0:
+            raise AssertionError(f"pg_basebackup failed (exit {result.returncode}): {result.stderr}")
+        signal_file = standby.datadir / "standby.signal"
+        signal_file.touch()
+        run_as.chown(signal_file)
+        standby.start()  # rewrites harness.conf: the standby's own port and settings
+    except BaseException:
+        standby.close()
+        raise
+    return standby
+
+
+def promote_standby(standby: PgCluster, *, timeout: float = 60.0) -> None:
+    """``pg_ctl promote``, then wait until the server accepts writes."""
+    result = subprocess.run([str(standby.bindir / "pg_ctl"), "promote", "--pgdata", str(standby.datadir),
+                             "--wait", "--timeout", str(int(timeout))], capture_output=True, text=True,
+                            cwd=standby.root, timeout=timeout + 10, check=False, env=_server_env(),
+                            **standby._run_as.popen_kwargs())
+    if result.returncode != 0:
+        raise AssertionError(f"pg_ctl promote failed (exit {result.returncode}): {result.stdout}{result.stderr}")
+    wait_until(lambda: not standby.execute("SELECT pg_is_in_recovery()")[0][0], timeout=timeout, interval=0.05,
+               message=f"{standby!r} to leave recovery")
+
+
+def _server_env() -> dict[str, str]:
+    """The environment server commands run with (no ``PG*`` variables, C locale)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+    env.update(LC_ALL="C", LANG="C")
+    return env
+
+
+class RetryingWriter(threading.Thread):
+    """Small transactions on ``items (id bigint PRIMARY KEY, v text, n int)`` (ids 1..``rows``
+    filled, see tests/support/churn.py) that outlive the server: a failed connection or commit is
+    retried after a short pause. Whatever committed is in the table, which is what a replay is
+    compared with; with a multi-host DSN it follows a promoted standby."""
+
+    def __init__(self, dsn: str, rows: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.rows = rows
+        self.halt = threading.Event()
+        self.committed = 0
+        self.failures = 0
+
+    def run(self) -> None:
+        n = 0
+        while not self.halt.is_set():
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                    while not self.halt.is_set():
+                        n += 1
+                        conn.execute("UPDATE items SET n = n + 1, v = %s WHERE id = %s", (f"u{n}", n % self.rows + 1))
+                        conn.execute("INSERT INTO items VALUES (%s, 'new', 0)", (self.rows * 10 + n,))
+                        if n % 7 == 0:
+                            conn.execute("DELETE FROM items WHERE id = %s", ((n * 13) % self.rows + 1,))
+                        conn.commit()
+                        self.committed += 1
+                        time.sleep(0.005)
+            except psycopg.Error:
+                self.failures += 1
+                self.halt.wait(0.2)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)

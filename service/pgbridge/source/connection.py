@@ -84,6 +84,15 @@ def build_conninfo(dsn: str, *, replication: bool, connect_timeout_s: float) -> 
                           hint="use postgresql://user@host:5432/db or 'host=... dbname=...'") from exc
 
 
+# Failover slots (CREATE_REPLICATION_SLOT ... FAILOVER, ALTER_REPLICATION_SLOT) exist since 17.
+FAILOVER_VERSION: Final = 170000
+
+
+def quote_literal(text: str) -> str:
+    """A SQL string literal for the simple query protocol (standard_conforming_strings is on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 @dataclass(frozen=True, slots=True)
 class SystemIdentity:
     system_id: str
@@ -113,10 +122,13 @@ def result_error(result: pq.abc.PGresult, what: str) -> Exception:
 class ReplicationConnection:
     """One walsender session: replication commands, then the COPY BOTH stream."""
 
-    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, connect_timeout_s: float = 10.0, failover: bool = True) -> None:
         self._conninfo = build_conninfo(dsn, replication=True, connect_timeout_s=connect_timeout_s)
         self._target = safe_target(dsn)
         self._pgconn: pq.abc.PGconn | None = None
+        # postgres.failover_slot: make the slot a failover slot where the server has them (17+).
+        self.failover = failover
+        self._failover_ignored_logged = False
 
     @property
     def pgconn(self) -> pq.abc.PGconn:
@@ -161,11 +173,27 @@ class ReplicationConnection:
         (system_id, timeline, xlog_pos, dbname), = self.command("IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM")
         return SystemIdentity(system_id or "", int(timeline or 0), parse_lsn(xlog_pos or "0/0"), dbname)
 
+    @property
+    def wants_failover(self) -> bool:
+        """Failover slots asked for and supported; on an older server the setting is ignored
+        (logged once per connection)."""
+        if not self.failover:
+            return False
+        if self.server_version < FAILOVER_VERSION:
+            if not self._failover_ignored_logged:
+                self._failover_ignored_logged = True
+                log.info("postgres.failover_slot ignored: failover slots need Postgres 17+",
+                         extra={"server_version": self.server_version})
+            return False
+        return True
+
     def create_slot(self, name: str, *, two_phase: bool, export_snapshot: bool) -> CreatedSlot:
         if self.server_version >= 150000:
             options = [f"SNAPSHOT '{'export' if export_snapshot else 'nothing'}'"]
             if two_phase:
                 options.append("TWO_PHASE true")
+            if self.wants_failover:
+                options.append("FAILOVER true")
             sql = f'CREATE_REPLICATION_SLOT "{name}" LOGICAL pgoutput ({", ".join(options)})'
         else:
             sql = (f'CREATE_REPLICATION_SLOT "{name}" LOGICAL pgoutput'
@@ -174,7 +202,22 @@ class ReplicationConnection:
         (slot_name, consistent_point, snapshot_name, _plugin), = self.command(sql, "CREATE_REPLICATION_SLOT")
         return CreatedSlot(slot_name or name, parse_lsn(consistent_point or "0/0"), snapshot_name)
 
+    def ensure_failover(self, slot: str) -> bool:
+        """Make ``slot`` a failover slot if it is not one yet: a slot created by an older pgbridge,
+        or copied from the initial snapshot's pending slot (pg_copy_logical_replication_slot does
+        not copy the failover flag). Returns whether the slot is a failover slot now."""
+        if not self.wants_failover:
+            return False
+        rows = self.command(f"SELECT failover FROM pg_replication_slots WHERE slot_name = {quote_literal(slot)}",
+                            "reading the slot's failover flag")
+        if not rows or rows[0][0] == "t":
+            return bool(rows)
+        self.command(f'ALTER_REPLICATION_SLOT "{slot}" (FAILOVER true)', "ALTER_REPLICATION_SLOT")
+        log.info("slot made a failover slot", extra={"slot": slot})
+        return True
+
     def start_replication(self, slot: str, start_lsn: Lsn, options: dict[str, str]) -> None:
+        self.ensure_failover(slot)
         rendered = ", ".join(f'"{key}" \'{value}\'' for key, value in options.items())
         sql = f'START_REPLICATION SLOT "{slot}" LOGICAL {start_lsn >> 32:X}/{start_lsn & 0xFFFFFFFF:X} ({rendered})'
         self.pgconn.send_query(sql.encode())

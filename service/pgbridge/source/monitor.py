@@ -54,7 +54,12 @@ _DROP_HINT: Final = ("changes since the last confirmed LSN may be lost; re-snaps
 _SLOT_QUERY: Final = (
     "SELECT to_jsonb(s),"
     " (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,"
-    " current_setting('max_slot_wal_keep_size')"
+    " current_setting('max_slot_wal_keep_size'),"
+    # Failover protection (Postgres 17+; NULL / empty before): the standby slots the primary waits
+    # for before sending changes to failover slots, and which physical slots have a standby on them.
+    " current_setting('synchronized_standby_slots', true),"
+    " (SELECT jsonb_object_agg(p.slot_name, p.active) FROM pg_replication_slots p"
+    "  WHERE p.slot_type = 'physical')"
     " FROM pg_replication_slots s WHERE slot_name = %s")
 
 
@@ -71,6 +76,25 @@ class SlotState:
     safe_wal_size: int | None  # None: unlimited (max_slot_wal_keep_size = -1)
     server_lsn: Lsn
     max_keep_size: str
+    failover: bool = False  # a failover slot (Postgres 17+)
+    synced: bool = False  # synchronized from a primary (read on a standby, or after its promotion)
+    standby_slots: tuple[str, ...] = ()  # synchronized_standby_slots
+    active_physical_slots: frozenset[str] = frozenset()
+
+    @property
+    def failover_protected(self) -> bool:
+        """What the ``pgbridge_slot_failover_synced`` gauge says (1): the slot is a failover slot,
+        and either this server holds it synchronized (``synced``: a standby, or a promoted one), or
+        this primary names standby slots in ``synchronized_standby_slots`` and each has a standby
+        streaming on it. Then a logical change reaches pgbridge only after those standbys have its
+        WAL, and their slot sync worker keeps a copy of the slot: a failover to one of them loses
+        nothing. What the primary cannot see is whether that worker is running and caught up
+        (``sync_replication_slots`` on the standby); ``synced`` on the standby shows it."""
+        if not self.failover:
+            return False
+        if self.synced:
+            return True
+        return bool(self.standby_slots) and all(name in self.active_physical_slots for name in self.standby_slots)
 
     @property
     def retained_wal_bytes(self) -> int:
@@ -81,7 +105,14 @@ class SlotState:
         return self.wal_status == "lost" or self.invalidation_reason is not None
 
 
-def slot_state_from_row(row: dict[str, Any], server_lsn: str, max_keep_size: str) -> SlotState:
+def standby_slot_names(setting: str | None) -> tuple[str, ...]:
+    """The slot names of ``synchronized_standby_slots`` (a comma list; ``*`` is not allowed)."""
+    return tuple(name.strip().strip('"') for name in (setting or "").split(",") if name.strip())
+
+
+def slot_state_from_row(row: dict[str, Any], server_lsn: str, max_keep_size: str,
+                        standby_slots: str | None = None,
+                        physical_active: dict[str, Any] | None = None) -> SlotState:
     """Pure: the ``to_jsonb`` row of pg_replication_slots (any version) → ``SlotState``."""
 
     def lsn(key: str) -> Lsn | None:
@@ -97,7 +128,10 @@ def slot_state_from_row(row: dict[str, Any], server_lsn: str, max_keep_size: str
                      wal_status=row.get("wal_status"), invalidation_reason=None if reason is None else str(reason),
                      restart_lsn=lsn("restart_lsn"), confirmed_flush_lsn=lsn("confirmed_flush_lsn"),
                      safe_wal_size=None if safe is None else int(safe), server_lsn=parse_lsn(server_lsn),
-                     max_keep_size=max_keep_size)
+                     max_keep_size=max_keep_size, failover=row.get("failover") is True,
+                     synced=row.get("synced") is True, standby_slots=standby_slot_names(standby_slots),
+                     active_physical_slots=frozenset(name for name, active in (physical_active or {}).items()
+                                                     if active is True))
 
 
 def invalidation_forecast_s(safe_wal_size: int | None, wal_rate: float) -> float:
@@ -114,9 +148,10 @@ def read_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotSt
         raise SourceUnavailable(f"slot check failed: {str(exc).strip()}") from None
     if row is None:
         return None
-    data, server_lsn, keep = row
+    data, server_lsn, keep, standby_slots, physical = row
     assert isinstance(data, dict)
-    return slot_state_from_row(data, str(server_lsn), str(keep))
+    return slot_state_from_row(data, str(server_lsn), str(keep), None if standby_slots is None else str(standby_slots),
+                               physical if isinstance(physical, dict) else None)
 
 
 class SlotIdentity:
@@ -212,6 +247,7 @@ class SlotMonitor:
         m.slot_invalidation_forecast.set(forecast)
         for status in WAL_STATUSES:
             m.slot_wal_status.labels(status).set(1 if status == state.wal_status else 0)
+        m.slot_failover_synced.set(1 if state.failover_protected else 0)
         if state.wal_status in ("extended", "unreserved") and state.wal_status != self._warned_status:
             log.warning("replication slot is close to invalidation",
                         extra={"slot": self.slot, "wal_status": state.wal_status,
