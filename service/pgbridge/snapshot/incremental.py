@@ -79,29 +79,61 @@ class SnapshotSignal:
     slot: str | None
 
 
-def parse_signal(content: bytes) -> SnapshotSignal | None:
-    """An ``execute-snapshot`` signal, or ``None`` (with a warning) for anything else."""
+# A signal is a short JSON object naming tables; anything far larger is a mistake or an attack,
+# refused before it is parsed (json.loads of a huge or deeply nested document costs memory, time,
+# or a RecursionError).
+MAX_SIGNAL_BYTES: Final = 64 * 1024
+MAX_SIGNAL_TABLES: Final = 1000
+
+
+def read_signal(content: bytes) -> SnapshotSignal | str:
+    """An ``execute-snapshot`` signal, or why ``content`` is not one (a sentence for the log).
+
+    Never raises: a signal is operator input arriving inside the replication stream, and a bad one
+    must not stop the stream (nor be acted on)."""
+    raw = bytes(content)
+    if len(raw) > MAX_SIGNAL_BYTES:
+        return f"a signal of {len(raw):,} bytes is over the {MAX_SIGNAL_BYTES:,}-byte limit"
     try:
-        data = json.loads(bytes(content).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        log.warning("ignoring a signal that is not JSON", extra={"content": bytes(content)[:200].decode(errors="replace")})
-        return None
-    if not isinstance(data, dict) or data.get("type") != SIGNAL_EXECUTE_SNAPSHOT:
-        log.warning("ignoring a signal of unknown type", extra={"content": str(data)[:200]})
-        return None
-    tables = data.get("tables") or data.get("data", {}).get("data-collections")
-    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
-        log.warning("ignoring an execute-snapshot signal without a tables list of schema.table names",
-                    extra={"content": str(data)[:200]})
-        return None
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "a signal that is not UTF-8 text"
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too many digits, nesting
+        return f"a signal that is not JSON ({str(exc)[:100]})"
+    if not isinstance(data, dict):
+        return f"a signal that is a JSON {type(data).__name__}, not an object"
+    kind = data.get("type")
+    if kind != SIGNAL_EXECUTE_SNAPSHOT:
+        return f"a signal of unknown type {str(kind)[:100]!r} (expected {SIGNAL_EXECUTE_SNAPSHOT!r})"
+    tables = data.get("tables")
+    nested = data.get("data")
+    if tables is None and isinstance(nested, dict):
+        tables = nested.get("data-collections")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
+        return "an execute-snapshot signal without a non-empty \"tables\" list of schema.table names"
+    if len(tables) > MAX_SIGNAL_TABLES:
+        return f"an execute-snapshot signal naming {len(tables):,} tables (at most {MAX_SIGNAL_TABLES:,})"
     try:
         names = tuple(normalize_table(t) for t in tables)
     except IdentifierError as exc:
-        log.warning("ignoring an execute-snapshot signal with a malformed table name",
-                    extra={"error": str(exc), "content": str(data)[:200]})
-        return None
+        return f"an execute-snapshot signal with a malformed table name ({str(exc)[:200]})"
     slot = data.get("slot")
-    return SnapshotSignal(names, None if slot is None else str(slot))
+    if slot is not None and not isinstance(slot, str):
+        return f"an execute-snapshot signal whose \"slot\" is a JSON {type(slot).__name__}, not a string"
+    return SnapshotSignal(names, slot)
+
+
+def parse_signal(content: bytes) -> SnapshotSignal | None:
+    """An ``execute-snapshot`` signal, or ``None`` (with an error log line) for anything else."""
+    signal = read_signal(content)
+    if isinstance(signal, str):
+        log.error(f"ignoring {signal}", extra={"content": _preview(content)})
+        return None
+    return signal
+
+
+def _preview(content: bytes) -> str:
+    return bytes(content[:200]).decode("utf-8", errors="replace")
 
 
 def parse_watermark(content: bytes) -> tuple[str, str] | None:
@@ -203,8 +235,10 @@ class IncrementalSnapshotter:
         if lsn <= self.state.signal_lsn:
             log.info("ignoring a signal already acted on", extra={"lsn": format_lsn(lsn)})
             return
-        signal = parse_signal(content)
-        if signal is None:
+        signal = read_signal(content)
+        if isinstance(signal, str):  # logged and skipped: the stream goes on, nothing is queued
+            log.error(f"ignoring {signal}; the stream goes on",
+                      extra={"lsn": format_lsn(lsn), "content": _preview(content)})
             return
         if signal.slot is not None and signal.slot != self.slot:
             return
