@@ -9,20 +9,27 @@ connections hang, as with a wedged or partitioned server), which keeps the regis
 
 ``tests/support/registry_double.py`` remains only for faults a real registry cannot be made to
 produce on demand (a given HTTP status N times).
+
+``SchemaRegistry(tls=..., users=...)`` serves HTTPS only (Quarkus: PEM certificate and key, plain
+HTTP disabled) and requires HTTP basic auth of one of ``users`` on every path (Quarkus' embedded
+user realm and an ``authenticated`` permission), as a production registry behind its own TLS would.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,7 +60,12 @@ def _runner_jar() -> Path:
 class SchemaRegistry:
     """One Apicurio Registry process on a free loopback port; ``url`` is its Confluent API."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: tuple[Path, Path, Path] | None = None,
+                 users: Mapping[str, str] | None = None) -> None:
+        """``tls``: (certificate, key, CA certificate) PEM files to serve HTTPS with; ``users``:
+        user -> password for basic auth (this client uses the first)."""
+        self.tls = tls
+        self.users = dict(users or {})
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="pgbridge-registry-"))
         self.log_path = self.workdir / "registry.log"
@@ -61,13 +73,30 @@ class SchemaRegistry:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}{CCOMPAT}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.port}{CCOMPAT}"
+
+    def _security_options(self) -> list[str]:
+        options: list[str] = []
+        if self.tls is not None:
+            cert, key, _ = self.tls
+            options += [f"-Dquarkus.http.ssl-port={self.port}", f"-Dquarkus.http.port={free_port()}",
+                        f"-Dquarkus.http.ssl.certificate.files={cert}",
+                        f"-Dquarkus.http.ssl.certificate.key-files={key}",
+                        "-Dquarkus.http.insecure-requests=disabled"]
+        if self.users:
+            options += ["-Dquarkus.http.auth.basic=true", "-Dquarkus.security.users.embedded.enabled=true",
+                        "-Dquarkus.security.users.embedded.plain-text=true",
+                        "-Dquarkus.http.auth.permission.all.paths=/*",
+                        "-Dquarkus.http.auth.permission.all.policy=authenticated",
+                        *(f"-Dquarkus.security.users.embedded.users.{user}={password}"
+                          for user, password in self.users.items())]
+        return options
 
     def start(self) -> SchemaRegistry:
         jar = _runner_jar()
         command = [*death_signal_prefix(), shutil.which("java") or "java", "-Xms64m", "-Xmx384m",
                    "-XX:+UseSerialGC", f"-Dquarkus.http.port={self.port}", f"-Dquarkus.http.host={HOST}",
-                   "-Dquarkus.log.level=WARN", "-jar", str(jar)]
+                   "-Dquarkus.log.level=WARN", *self._security_options(), "-jar", str(jar)]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True)
@@ -115,9 +144,13 @@ class SchemaRegistry:
     # -- the Confluent API, for test set-up and assertions ----------------------------------------
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+        if self.users:
+            user, password = next(iter(self.users.items()))
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        context = ssl.create_default_context(cafile=str(self.tls[2])) if self.tls else None
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             text = response.read().decode()
         return json.loads(text) if text else None
 
