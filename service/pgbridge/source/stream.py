@@ -77,6 +77,14 @@ class ReplicationStream:
         raise SourceUnavailable(f"replication stream broken: {message or 'connection lost'}")
 
     def send_status(self, lsn: int, *, reply_requested: bool = False) -> None:
+        try:
+            self._send_status(lsn, reply_requested=reply_requested)
+        except psycopg.OperationalError as exc:
+            # libpq's "sending copy data failed: no COPY in progress": the server ended the stream
+            # (a fast shutdown's CopyDone) before this update went out: reconnect, not exit.
+            raise SourceUnavailable(f"replication stream broken: {str(exc).strip()}") from None
+
+    def _send_status(self, lsn: int, *, reply_requested: bool) -> None:
         frame = build_status_update(lsn, lsn, lsn, now_us=pg_now_us(), reply_requested=reply_requested)
         pgconn = self._pgconn
         if pgconn.put_copy_data(frame) != 1:
