@@ -37,6 +37,7 @@ HEARTBEATS_TOTAL: Final = "pgbridge_heartbeats_total"
 SLOT_RETAINED_WAL_BYTES: Final = "pgbridge_slot_retained_wal_bytes"
 SLOT_SAFE_WAL_SIZE_BYTES: Final = "pgbridge_slot_safe_wal_size_bytes"
 SLOT_WAL_STATUS: Final = "pgbridge_slot_wal_status"
+SLOT_FAILOVER_SYNCED: Final = "pgbridge_slot_failover_synced"
 SLOT_INVALIDATION_FORECAST_SECONDS: Final = "pgbridge_slot_invalidation_forecast_seconds"
 SERVER_WAL_RATE_BYTES: Final = "pgbridge_server_wal_rate_bytes_per_second"
 KAFKA_TRANSACTIONS_TOTAL: Final = "pgbridge_kafka_transactions_total"
@@ -121,7 +122,7 @@ class Metrics:
         self.slot_wal_status = Gauge(SLOT_WAL_STATUS, "1 for the slot's current wal_status",
                                      [LABEL_STATUS], registry=r)
         self.slot_failover_synced = Gauge(
-            "pgbridge_slot_failover_synced", "1 when the slot is a failover slot (Postgres 17+) that survives "
+            SLOT_FAILOVER_SYNCED, "1 when the slot is a failover slot (Postgres 17+) that survives "
             "a failover: synced on this server, or synchronized_standby_slots names only standby slots with "
             "a standby streaming (source/monitor.py SlotState.failover_protected); else 0", registry=r)
         self.slot_invalidation_forecast = Gauge(
