@@ -14,6 +14,7 @@ from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
+from pgbridge.source.identifiers import quote_ident, table_name
 from pgbridge.source.monitor import read_slot
 from pgbridge.source.type_catalog import CatalogTypes
 
@@ -51,10 +52,12 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     if pg.two_phase and int(setting("max_prepared_transactions") or 0) < 1:
         problems.append(Problem("warning", "postgres.two_phase is on but max_prepared_transactions is 0",
                                 "nothing to decode until max_prepared_transactions > 0"))
-    role = conn.execute("SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    role = conn.execute("SELECT rolreplication OR rolsuper, current_user FROM pg_roles "
+                        "WHERE rolname = current_user").fetchone()
+    user = str(role[1]) if role is not None else "<role>"
     if role is None or not role[0]:
-        problems.append(Problem("error", "the connecting role lacks the REPLICATION attribute",
-                                "ALTER ROLE <role> WITH REPLICATION;"))
+        problems.append(Problem("error", f"the connecting role {user} lacks the REPLICATION attribute",
+                                f"ALTER ROLE {quote_ident(user)} WITH REPLICATION;"))
     publication_exists = slots.publication_exists(conn, pg.publication)
     if not publication_exists:
         if pg.tables:
@@ -66,6 +69,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
                     problems.append(Problem("error", f"table {table} in postgres.tables does not exist",
                                             "create it or remove it from postgres.tables (quote names "
                                             'with capitals, spaces or dots: public."Order Items")'))
+            problems.extend(_publication_creation_problems(conn, pg.publication, tables, user))
         else:
             problems.append(Problem("error", f"publication {pg.publication} does not exist",
                                     f"CREATE PUBLICATION {pg.publication} FOR TABLE ...; "
@@ -77,6 +81,8 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
             problems.append(Problem("warning", f"publication {pg.publication} publishes no tables",
                                     f"ALTER PUBLICATION {pg.publication} ADD TABLE ...;"))
         problems.extend(_partition_problems(conn, pg.publication))
+    problems.extend(_privilege_problems(conn, [(str(a), str(b)) for a, b in tables], user,
+                                        heartbeat=pg.heartbeat_interval_s > 0))
     catalog = CatalogTypes(conn)
     for schema, name in tables:
         problems.extend(_table_problems(conn, str(schema), str(name)))
@@ -132,6 +138,56 @@ def _failover_problems(conn: psycopg.Connection[tuple[object, ...]], slot: str) 
             problems.append(Problem("info", f"slot {slot} is a failover slot protected by synchronized_standby_slots "
                                     f"({', '.join(state.standby_slots)})", "nothing to do"))
     return problems
+
+
+def _privilege_problems(conn: psycopg.Connection[tuple[object, ...]], tables: list[tuple[str, str]], user: str,
+                        *, heartbeat: bool) -> list[Problem]:
+    """What the connecting role may not do that ``run`` needs, each with the exact GRANT (the
+    minimal grants per feature are in docs/deployment.md, "Least privilege"). A superuser passes
+    every test here."""
+    role = quote_ident(user)
+    problems: list[Problem] = []
+    for schema in sorted({schema for schema, _ in tables}):
+        row = conn.execute("SELECT has_schema_privilege(current_user, n.oid, 'USAGE') FROM pg_namespace n "
+                           "WHERE n.nspname = %s", (schema,)).fetchone()
+        if row is not None and not row[0]:
+            problems.append(Problem("error", f"role {user} has no USAGE on schema {schema}: the snapshots cannot "
+                                    "read its tables", f"GRANT USAGE ON SCHEMA {quote_ident(schema)} TO {role};"))
+    for schema, name in tables:
+        row = conn.execute("SELECT has_table_privilege(current_user, c.oid, 'SELECT') FROM pg_class c "
+                           "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                           (schema, name)).fetchone()
+        if row is not None and not row[0]:
+            table = table_name(schema, name)
+            problems.append(Problem("error", f"role {user} cannot SELECT from {table}: the initial and incremental "
+                                    "snapshots read it", f"GRANT SELECT ON {table} TO {role};"))
+    # The text-content variant pgbridge calls; Postgres 17 gave it a fourth argument (flush).
+    row = conn.execute("SELECT has_function_privilege(current_user, p.oid, 'EXECUTE'), p.oid::regprocedure::text "
+                       "FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' "
+                       "AND p.proargtypes[2] = 'text'::regtype").fetchone()
+    if row is not None and not row[0]:
+        problems.append(Problem("error" if heartbeat else "warning",
+                                f"role {user} may not execute pg_logical_emit_message: heartbeats and incremental "
+                                "snapshot watermarks are logical messages",
+                                f"GRANT EXECUTE ON FUNCTION {row[1]} TO {role};"))
+    return problems
+
+
+def _publication_creation_problems(conn: psycopg.Connection[tuple[object, ...]], publication: str,
+                                   tables: list[tuple[str, str]], user: str) -> list[Problem]:
+    """``run`` creates a missing publication from ``postgres.tables``, which Postgres allows only
+    to a role with CREATE on the database that owns every table. Otherwise the owner must."""
+    owned = conn.execute(
+        "SELECT bool_and(pg_has_role(current_user, c.relowner, 'USAGE')), has_database_privilege(current_database(), "
+        "'CREATE') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+        ([schema for schema, _ in tables], [name for _, name in tables])).fetchone()
+    if owned is None or owned[0] is None or (owned[0] and owned[1]):
+        return []
+    listed = ", ".join(table_name(schema, name) for schema, name in tables)
+    return [Problem("error", f"publication {publication} does not exist and role {user} cannot create it (Postgres "
+                    "lets only a table's owner, with CREATE on the database, publish it)",
+                    f"as the tables' owner: CREATE PUBLICATION {quote_ident(publication)} FOR TABLE {listed};")]
 
 
 def _partition_problems(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[Problem]:
