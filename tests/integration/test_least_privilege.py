@@ -111,6 +111,24 @@ def _emit_message_functions(dsn: str) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
+# Label names a pgbridge series may carry: bounded categories and table names, nothing per row,
+# per key or per connection. (``le`` is a histogram bucket's upper bound.)
+BOUNDED_LABELS = {"table", "op", "outcome", "target", "compatibility", "status", "kind", "le"}
+
+
+def _assert_labels_bounded(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], roles: Roles,
+                           tables: set[str]) -> None:
+    """No label holds a secret, a DSN part or an unbounded value: the names are the bounded ones,
+    ``table`` is a published table, and no value mentions the role, host or port."""
+    dsn = conninfo_to_dict(roles.bridge_dsn)
+    private = {str(dsn["user"]), str(dsn["host"]), str(dsn["port"])}
+    for name, labels in samples:
+        for label, value in labels:
+            assert label in BOUNDED_LABELS, (name, label, value)
+            assert label != "table" or value in tables, (name, value)
+            assert label == "le" or not any(part in value for part in private), (name, label, value)
+
+
 def _check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
     return subprocess.run([sys.executable, "-m", "pgbridge", "check"], env={**clean, **env},
@@ -148,6 +166,7 @@ def test_the_documented_grants_are_enough_for_every_feature(
         samples = scrape(port)
         assert metric(samples, LEADER) == 1
         assert (SLOT_RETAINED_WAL_BYTES, ()) in samples
+        _assert_labels_bounded(samples, roles, {"shop.orders", "shop.customers"})
         log = bridge.log()
         for table, key_count in (("shop.orders", ORDERS), ("shop.customers", CUSTOMERS)):
             events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.{table}", topic_prefix,
