@@ -2,8 +2,8 @@
 runs (``tests/unit/*/test_fuzz_*.py``) and the long run (``python -m tests.fuzz.run``).
 
 The property under test is the one a hostile or corrupt replication stream must not break: every
-input ends either in correct output or in a typed ``PgbridgeError`` (the pipeline stops on a
-``FatalError`` without confirming past it), never another exception, never a crash of the compiled
+input ends either in correct output or in a typed ``FatalError`` (``DecodeError``,
+``InvariantError``: the pipeline stops there without confirming past it, and does not retry), never another exception, never a crash of the compiled
 kernel, and both decoders (the compiled kernel and the Python reference) say the same thing.
 Inputs are arbitrary bytes, valid messages and whole valid sessions mutated at the byte level
 (flips, cuts, insertions, a length field overwritten with a huge value) or at the message level
@@ -41,7 +41,7 @@ from pgbridge.decode.messages import (
     Update,
 )
 from pgbridge.decode.pgoutput import PgoutputDecoder, decode_message
-from pgbridge.errors import PgbridgeError
+from pgbridge.errors import FatalError, PgbridgeError
 from pgbridge.lsn import Lsn
 from tests.support.pgoutput_builder import encode_message
 from tests.unit.decode.strategies import messages, tuple_data
@@ -105,8 +105,11 @@ def check_session(frames: list[bytes], version: int, spill_dir: Path) -> int:
             for _event in assembler.feed(decoder.decode(frame), wal_start):
                 pass
             consumed += 1
-    except PgbridgeError:
-        pass
+    except FatalError:
+        pass  # the pipeline stops here and confirms nothing past the bad frame
+    except PgbridgeError as exc:
+        raise FuzzFailure(f"{type(exc).__name__} is not fatal: a corrupt frame would be retried, at frame "
+                          f"{consumed} of {[f.hex() for f in frames]} (v{version}): {exc}") from exc
     except Exception as exc:
         raise FuzzFailure(f"untyped {type(exc).__name__} at frame {consumed} of "
                           f"{[f.hex() for f in frames]} (v{version}): {exc}") from exc
@@ -126,8 +129,10 @@ def check_messages_fed(msgs: list[Message], spill_dir: Path) -> None:
             for _event in assembler.feed(msg, Lsn(0x1000 + 0x100 * i)):
                 pass
             assembler.oldest_unfinished_lsn()
-    except PgbridgeError:
+    except FatalError:
         pass
+    except PgbridgeError as exc:
+        raise FuzzFailure(f"{type(exc).__name__} is not fatal, feeding {msgs!r}: {exc}") from exc
     except Exception as exc:
         raise FuzzFailure(f"untyped {type(exc).__name__} feeding {msgs!r}: {exc}") from exc
     finally:
