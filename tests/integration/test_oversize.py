@@ -107,17 +107,38 @@ def test_stop_names_the_record_and_the_settings_and_every_restart_stops_there(
     assert {e.value["after"]["id"] for e in events if e.value is not None} == {1}
 
 
+def _topic_with_limit(bootstrap: str, topic: str) -> None:
+    """The table's topic created beforehand with a small ``max.message.bytes``."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=1,
+                                            config={"max.message.bytes": str(TOPIC_LIMIT)})], request_timeout=30)
+    futures[topic].result(timeout=30)
+
+
+BROKER_DECIDES = {"PGBRIDGE_KAFKA__PROPERTIES__MESSAGE.MAX.BYTES": "10000000"}  # librdkafka lets it through
+
+
+def test_stop_when_the_broker_refuses_names_the_topic_limit(
+        pg_dsn: str, apache_kafka: Broker, topic_prefix: str) -> None:
+    _topic_with_limit(apache_kafka.bootstrap, f"{topic_prefix}.public.docs")
+    env = _env(pg_dsn, apache_kafka.bootstrap, topic_prefix, BROKER_DECIDES)
+    with _started(env, pg_dsn, topic_prefix) as bridge:
+        before_big = _current_lsn(pg_dsn)
+        _insert(pg_dsn, 2, "x" * BIG)
+        _insert(pg_dsn, 3, "after")
+        line = _exit_line(bridge)
+    assert "table public.docs key {id=2}" in line and "event 1" in line, line
+    assert f"over topic {topic_prefix}.public.docs's max.message.bytes of 100,000 (refused by the broker)" in line
+    confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+    assert confirmed is not None and confirmed <= before_big, "the slot confirmed past the refused row"
+
+
 def test_dead_letter_publishes_position_and_key_and_goes_on(
         pg_dsn: str, apache_kafka: Broker, topic_prefix: str) -> None:
     table_topic = f"{topic_prefix}.public.docs"
-    admin = AdminClient({"bootstrap.servers": apache_kafka.bootstrap})
-    futures = admin.create_topics([NewTopic(table_topic, num_partitions=1,
-                                            config={"max.message.bytes": str(TOPIC_LIMIT)})], request_timeout=30)
-    futures[table_topic].result(timeout=30)
-    env = _env(pg_dsn, apache_kafka.bootstrap, topic_prefix, {
-        "PGBRIDGE_KAFKA__OVERSIZE_POLICY": "dead_letter",
-        "PGBRIDGE_KAFKA__PROPERTIES__MESSAGE.MAX.BYTES": "10000000",  # the broker refuses it, not librdkafka
-    })
+    _topic_with_limit(apache_kafka.bootstrap, table_topic)
+    env = _env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
+               {"PGBRIDGE_KAFKA__OVERSIZE_POLICY": "dead_letter", **BROKER_DECIDES})
     with _started(env, pg_dsn, topic_prefix, http=True) as bridge:
         _insert(pg_dsn, 1, "small")
         big_lsn = _current_lsn(pg_dsn)
