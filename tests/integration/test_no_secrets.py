@@ -42,13 +42,14 @@ from tests.support.ports import free_port
 from tests.support.registry import SchemaRegistry
 from tests.support.replay import wait_caught_up
 from tests.support.tls import CertificateAuthority
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(400)]
 
 ROLE = "pgbridge_secret"
 SASL_USER = "pgbridge"
 REGISTRY_USER = "pgbridge"
-RUN_LIMIT_S = 10.0  # a failing `run` that retries (an outage) is stopped after this long
+RUN_LIMIT_S = 6.0  # a failing `run` that retries (an outage) is stopped after this long
 
 
 # --- the scan ------------------------------------------------------------------------------------
@@ -184,16 +185,18 @@ def command(args: list[str], env: dict[str, str], json_logs: bool, outputs: Outp
 def run(env: dict[str, str], json_logs: bool, outputs: Outputs, where: str, *,
         until: float = RUN_LIMIT_S, caught_up: tuple[str, str] | None = None) -> int | None:
     """``pgbridge run`` until it exits or ``until`` seconds (or, with ``caught_up`` = (dsn, slot),
-    until the slot confirmed everything); ``/metrics`` scraped before it is stopped. Its exit code,
-    or None if it had to be stopped."""
+    until it is replicating and the slot confirmed everything); ``/metrics`` scraped before it is
+    stopped with SIGTERM. Its exit code: None if it was still running and had to be stopped."""
     port = free_port()
     env = {**env, "PGBRIDGE_LOG__JSON": "true" if json_logs else "false", "PGBRIDGE_HTTP__PORT": str(port),
            "PGBRIDGE_HTTP__HOST": "127.0.0.1"}
-    with tempfile.TemporaryFile() as log:
+    with tempfile.NamedTemporaryFile(prefix="pgbridge-run-", suffix=".log") as log:
         process = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env, stdout=log,
                                    stderr=subprocess.STDOUT)
         try:
             if caught_up is not None:
+                wait_until(lambda: "replicating" in Path(log.name).read_text(errors="replace") or process.poll(),
+                           timeout=60, interval=0.2, message="pgbridge never started replicating")
                 wait_caught_up(*caught_up, timeout=60)
             else:
                 deadline = time.monotonic() + until
@@ -203,7 +206,7 @@ def run(env: dict[str, str], json_logs: bool, outputs: Outputs, where: str, *,
             if code is None:
                 outputs.add(f"{where}: /metrics", scrape(port))
                 process.send_signal(signal.SIGTERM)
-                process.wait(60)
+                assert process.wait(60) == 0 or caught_up is None, f"{where}: run did not stop cleanly"
         finally:
             if process.poll() is None:
                 process.kill()
@@ -266,9 +269,12 @@ def test_no_secret_in_any_output_with_everything_right_or_failing(secured: Secur
     for number, (where, env) in enumerate(failures.items()):
         json_logs = number % 2 == 0
         code, check = command(["check"], env, json_logs, outputs, where)
-        assert code != 0, f"{where}: check found nothing wrong:\n{check}"
+        expected = {"postgres": "error: cannot connect to Postgres", "kafka": "error: Kafka",
+                    "registry": "error: Schema Registry"}[where.split()[0]]
+        assert code != 0 and expected in check, f"{where}: check did not report the failure:\n{check}"
         run(env, not json_logs, outputs, where)
-        command(["schemas"], env, json_logs, outputs, where)
+        if not where.startswith("kafka"):  # schemas reads Postgres and the registry only
+            command(["schemas"], env, json_logs, outputs, where)
         if where.startswith("postgres"):
             command(["slot", "drop", "--yes", "--timeout", "5"], env, not json_logs, outputs, where)
     command(["slot", "drop", "--yes", "--timeout", "30"], good, True, outputs, "good")
