@@ -145,6 +145,7 @@ def test_confluent_framing_is_decoded_with_schemas_from_the_registry() -> None:
         row = ChangeDecoder(texts, EnvelopeSchema.parse(V1).row_type, None).decode("t", 0, 0, None, data)
     finally:
         server.shutdown()
+        server.server_close()
     assert schema_id == "42" and served == ["/schemas/ids/42"]
     assert row["after"]["id"] == 3 and row["op"] == "c"
 
