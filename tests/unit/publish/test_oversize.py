@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException
 
 from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.assemble.units import RowChange
@@ -28,6 +28,7 @@ from pgbridge.publish.oversize import (
     row_key_text,
 )
 from pgbridge.publish.producer import KafkaPublisher
+from tests.support.kafka import delivered_message
 from tests.support.ports import free_port
 
 LIMIT = 10_000
@@ -180,7 +181,7 @@ def test_dead_letter_refused_at_produce_goes_on_and_completes_on_the_letters_ack
     tracker.seal(unit, Lsn(0x100))
     for _topic, _key, _value, callback in fake.queued:
         assert not completed.units
-        callback(None, Message())
+        callback(None, delivered_message())
     assert completed.units == [unit] and unit.durable
     assert _counted(metrics, "public.docs") == 1
     publisher.raise_if_failed()
@@ -193,7 +194,7 @@ def test_stop_refused_by_the_broker_fails_the_unit_with_the_clear_error(
     publisher.produce_all([("app.public.docs", b"k", b"v" * 9_000)], publisher.callback_for(unit), unit,
                           _idle, lambda topic: ORIGIN)
     tracker.seal(unit, Lsn(0x100))
-    fake.queued[0][3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), Message())
+    fake.queued[0][3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), delivered_message())
     assert unit.failed
     with pytest.raises(PublishError, match=r"table public.docs key \{id=7\} \(commit 0/16B3748, event 3\)"
                                            r" is 9,001 bytes .*max.message.bytes of 1,048,588 \(refused by the broker\)"):
@@ -209,12 +210,12 @@ def test_dead_letter_refused_by_the_broker_is_produced_at_the_next_poll(
     publisher.produce_all([("app.public.docs", b"k", b"v" * 9_000)], publisher.callback_for(unit), unit,
                           _idle, lambda topic: ORIGIN)
     tracker.seal(unit, Lsn(0x100))
-    fake.queued.pop()[3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), Message())
+    fake.queued.pop()[3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), delivered_message())
     assert not unit.failed and unit.pending == 1 and not fake.queued  # not from inside the callback
     publisher.poll(0)
     (topic, key, value, callback), = fake.queued
     assert (topic, key, json.loads(value or b"")["refused_by"]) == ("app._dead_letter", b"k", "broker")
-    callback(None, Message())
+    callback(None, delivered_message())
     assert completed.units == [unit]
     assert _counted(metrics, "public.docs") == 1
     publisher.raise_if_failed()
@@ -225,6 +226,6 @@ def test_a_small_record_refused_by_the_broker_is_named_by_topic_and_key_bytes(
     publisher, _fake = stop
     unit = tracker.open_unit()
     tracker.add_record(unit)
-    publisher.callback_for(unit)(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Message())
+    publisher.callback_for(unit)(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), delivered_message())
     with pytest.raises(PublishError, match="record too large for Kafka"):
         publisher.raise_if_failed()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException
 
 from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.config import KafkaConfig
@@ -16,6 +16,7 @@ from pgbridge.lsn import Lsn
 from pgbridge.metrics import KAFKA_DELIVERY_ERRORS_TOTAL, Metrics
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.transactions import FENCED_CODES, Fenced, classify
+from tests.support.kafka import delivered_message
 from tests.support.ports import free_port
 
 # Codes a retry or a new session may fix: the broker is away, slow, or electing a leader.
@@ -67,7 +68,7 @@ def _deliver(publisher: KafkaPublisher, tracker: AckTracker, error: KafkaError |
     unit = tracker.open_unit()
     tracker.add_record(unit)
     tracker.seal(unit, Lsn(100))
-    publisher.callback_for(unit)(error, Message())  # the callback does not read the message
+    publisher.callback_for(unit)(error, delivered_message("app.public.t", b"k", b"v"))
     return unit
 
 
