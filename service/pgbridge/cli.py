@@ -320,7 +320,7 @@ def _schemas(settings: Settings) -> int:
     pg = settings.postgres
     with slots.connect_sql(pg.dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s) as conn:
         tables = slots.published_tables(conn, pg.publication) if slots.publication_exists(conn, pg.publication) \
-            else [tuple(t.split(".", 1)) for t in (pg.tables or [])]
+            else (pg.table_pairs or [])
         if not tables:
             raise ConfigError(f"publication {pg.publication} does not exist and postgres.tables is not set",
                               hint="create the publication or set postgres.tables")

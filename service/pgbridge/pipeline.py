@@ -126,7 +126,7 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             raise FatalError(f"wal_level is {wal_level[0] if wal_level else '?'}, logical replication needs "
                              "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
         slots.ensure_publication(sql, pg.publication, pg.tables)
-        repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s)
+        repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s, failover=pg.failover_slot)
         repl.connect()
         proto = negotiate_proto_version(repl.server_version, pg.proto_version)
         options = replication_options(pg, proto, repl.server_version)

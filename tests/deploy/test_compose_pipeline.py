@@ -79,11 +79,14 @@ def test_compose_prometheus_loads_the_alert_rules() -> None:
 
 def test_compose_spark_job_submits_the_mirror_with_the_tested_spark_connectors() -> None:
     options, application, _ = _spark_submit_parts(_spark_command())
-    version = _pinned("pyspark")
+    # the connectors the Spark tests run with (jvm/spark/pom.xml; Maven Central has no 4.3.0 of them)
+    found = re.search(r"<spark.version>([^<]+)</spark.version>", (REPO_ROOT / "jvm" / "spark" / "pom.xml").read_text())
+    assert found is not None
+    version = found.group(1)
     packages = set(options["--packages"][0].split(","))
     assert packages == {f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",
                         f"org.apache.spark:spark-avro_2.13:{version}"}, (
-        f"--packages must be the Kafka and Avro connectors of Spark {version} (pyspark in constraints.txt)")
+        f"--packages must be the Kafka and Avro connectors the tests ran with ({version}, jvm/spark/pom.xml)")
     # the image copies spark/ to /src/spark (deploy/spark/Dockerfile)
     assert application == "/src/spark/pgbridge_spark/mirror.py"
     assert (REPO_ROOT / "spark" / "pgbridge_spark" / "mirror.py").is_file()
@@ -102,7 +105,7 @@ def test_compose_spark_job_reads_what_pgbridge_writes_and_keeps_the_mirror_in_a_
     assert config.bootstrap_servers == env["PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS"]
     assert config.prefix == env["PGBRIDGE_KAFKA__TOPIC_PREFIX"]
     assert config.schema_registry_url == env["PGBRIDGE_SCHEMA_REGISTRY__URL"]
-    assert config.source == "kafka", "spark-submit --packages brings Spark's own Kafka source: use it"
+    assert config.decoder == "jvm", "spark-submit --packages brings spark-avro: decode with from_avro"
     assert config.consistent
     spark = services["spark"]
     assert spark["depends_on"]["pgbridge"]["condition"] == "service_healthy"
