@@ -216,7 +216,7 @@ class TypesConfig(_Section):
     ``string`` (the default): its exact text, since no fixed decimal holds every value Postgres
     allows. ``decimal``: Avro ``decimal(numeric_precision, numeric_scale)`` (Spark ``DecimalType``);
     a value that does not fit exactly is never rounded: ``numeric_overflow: text`` publishes it in
-    ``{column}__text`` with the decimal null, ``fail`` stops the bridge before confirming it.
+    the envelope's ``unrepresentable`` map with the decimal null, ``fail`` stops the bridge before confirming it.
     """
 
     unconstrained_numeric: Literal["string", "decimal"] = "string"
