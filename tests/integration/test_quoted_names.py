@@ -52,9 +52,12 @@ def test_sql_quoted_table_names_are_published_and_replayed_exactly(
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={"PGBRIDGE_POSTGRES__TABLES": listed})
     with BridgeProcess(env).start() as bridge:
         # when: the snapshot, then streamed changes, then an incremental snapshot of quoted names
-        wait_until(lambda: bool(psycopg.connect(pg_dsn).execute(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (topic_prefix,)).fetchone()),
-            timeout=90, interval=0.3, message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
+        def slot_exists() -> bool:
+            with psycopg.connect(pg_dsn) as check:
+                return check.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                                     (topic_prefix,)).fetchone() is not None
+
+        wait_until(slot_exists, timeout=90, interval=0.3, message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for (schema, table), _, _ in TABLES:
                 ident = sql.Identifier(schema, table)
