@@ -14,7 +14,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.http import metric, scrape, status
-from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn, wait_for_status_update
+from tests.support.postgres import slot_confirmed_flush_lsn, wait_for_status_update, wal_insert_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -55,7 +55,7 @@ def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_b
         baseline = _rss(pid)
         broker_pid = fresh_broker.pid
         assert broker_pid is not None
-        warm_end = current_wal_lsn(pg_dsn)
+        warm_end = wal_insert_lsn(pg_dsn)
         wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= warm_end, timeout=30,
                    message="warm-up never confirmed")
         # when: the broker is frozen while 30 MB of changes are committed
@@ -104,7 +104,7 @@ def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_b
         assert peak - baseline < RSS_GROWTH_BOUND
         assert 0 < in_flight <= MAX_IN_FLIGHT + 1  # + the record waiting for room (counted when offered)
         # when the broker resumes, everything is delivered and confirmed
-        end = current_wal_lsn(pg_dsn)
+        end = wal_insert_lsn(pg_dsn)
         wait_until(lambda: metric(scrape(port), "pgbridge_events_total", table="public.t", op="c")
                    == 1 + TRANSACTIONS * ROWS_PER_TRANSACTION, timeout=300, interval=1.0,
                    message="not everything was published after the broker resumed")

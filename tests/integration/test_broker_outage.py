@@ -17,9 +17,9 @@ from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import (
     commit_bound,
-    current_wal_lsn,
     slot_confirmed_flush_lsn,
     wait_for_status_update,
+    wal_insert_lsn,
 )
 from tests.support.waiting import wait_until
 
@@ -50,7 +50,7 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
         _insert(pg_dsn, 1, 50)
         read_topic(fresh_broker.bootstrap, topic, min_count=50, timeout=60, idle=0.5)
-        end_of_first = current_wal_lsn(pg_dsn)
+        end_of_first = wal_insert_lsn(pg_dsn)
         wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= end_of_first, timeout=30,
                    message="first batch never confirmed")
         # when: the broker dies and more changes are committed

@@ -12,19 +12,12 @@ from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.http import metric, scrape, status
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 TABLE = "public.t"
-
-
-def _insert_lsn(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_contract_metrics_follow_the_workload(pg_dsn: str, fresh_broker: Broker, topic_prefix: str) -> None:
@@ -51,7 +44,7 @@ def test_contract_metrics_follow_the_workload(pg_dsn: str, fresh_broker: Broker,
                 conn.execute("INSERT INTO t VALUES (%s, %s)", (i, "x" * 100))
             conn.execute("UPDATE t SET v = 'y' WHERE id = 1")
             conn.execute("DELETE FROM t WHERE id = 2")
-        end = _insert_lsn(pg_dsn)  # not pg_current_wal_lsn(): with synchronous_commit=off it lags
+        end = wal_insert_lsn(pg_dsn)
 
         # then: events, bytes, transactions and latency are counted; the confirmed LSN catches up
         def counted() -> bool:

@@ -12,28 +12,13 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 
-from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
-
-
-def committed_wal_lsn(dsn: str) -> int:
-    """A WAL position at or after every commit so far.
-
-    The embedded Postgres runs with ``synchronous_commit=off``, so ``pg_current_wal_lsn()`` (the
-    write position) can still be before the last commits, and waiting for it can return before
-    their changes are published (the Spark tests then read a topic without its last records). A
-    commit with ``synchronous_commit = on`` flushes all WAL before it, so the position after it
-    covers every earlier commit.
-    """
-    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit = on")
-        conn.execute("SELECT txid_current()")  # an xid, so the commit is a real, flushed commit record
-    return current_wal_lsn(dsn)
 
 
 def wait_published(dsn: str, slot: str, timeout: float = 90.0) -> None:
     """Wait until the bridge confirmed everything committed so far (so it is all in Kafka)."""
-    target = committed_wal_lsn(dsn)
+    target = wal_insert_lsn(dsn)
     wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) >= target, timeout=timeout,
                message=f"bridge to confirm LSN {target}")
 

@@ -87,7 +87,7 @@ def republish(bootstrap: str, topic: str, first: int) -> int:
 
 def run_available_now(job: MirrorJob) -> None:
     query = job.start(available_now=True)
-    query.awaitTermination(300)
+    assert query.awaitTermination(300), "the availableNow run did not finish within 300 s"
     assert query.exception() is None, query.exception()
 
 

@@ -54,7 +54,7 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
                                   schema_registry_url=registry.url, max_offsets_per_trigger=2000)
             job = MirrorJob(spark, config)
             query = job.start(available_now=True)
-            query.awaitTermination(300)
+            assert query.awaitTermination(300), "the availableNow run did not finish within 300 s"
             assert query.exception() is None, query.exception()
             assert bridge.terminate() == 0, bridge.log()
     # then

@@ -61,6 +61,7 @@ __all__ = [
     "slot_reply_time",
     "start_cluster",
     "wait_for_status_update",
+    "wal_insert_lsn",
 ]
 
 
@@ -118,8 +119,25 @@ def commit_bound(dsn: str, statement: str) -> int:
 
 
 def current_wal_lsn(dsn: str) -> int:
-    """``pg_current_wal_lsn()`` as an int."""
+    """``pg_current_wal_lsn()`` (the WAL *write* position) as an int.
+
+    With ``synchronous_commit=off`` (the embedded servers) it can be before the latest commits:
+    to wait for them, use ``wal_insert_lsn``.
+    """
     rows = execute(dsn, "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+    return int(rows[0][0])
+
+
+def wal_insert_lsn(dsn: str) -> int:
+    """A WAL position at or after every commit so far: ``pg_current_wal_insert_lsn()``.
+
+    Not ``pg_current_wal_lsn()``: with ``synchronous_commit=off`` the write position lags the
+    last commits by up to three WAL writer rounds, and a transaction that only took an xid (``SELECT
+    txid_current()``) commits asynchronously even under ``SET LOCAL synchronous_commit = on`` (it
+    wrote no WAL before its commit record), so it cannot force the flush. A slot confirms this
+    position once the WAL writer flushed it and the consumer caught up.
+    """
+    rows = execute(dsn, "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
     return int(rows[0][0])
 
 

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 
 from tests.support.bridge import Event
-from tests.support.postgres import current_wal_lsn, slot_confirmed_flush_lsn
+from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
 
 RowKey = tuple[tuple[str, Any], ...]
@@ -85,8 +85,8 @@ def diff_states(got: dict[RowKey, dict[str, Any]], want: dict[RowKey, dict[str, 
 
 
 def wait_caught_up(dsn: str, slot: str, *, timeout: float) -> None:
-    """Wait until the slot confirmed the current WAL end: everything before it is in Kafka."""
-    target = current_wal_lsn(dsn)
+    """Wait until the slot confirmed every commit so far (``wal_insert_lsn``): they are all in Kafka."""
+    target = wal_insert_lsn(dsn)
     started = time.monotonic()
     wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) >= target, timeout=timeout,
                interval=0.5, message=f"slot {slot} never confirmed {target:X} ({time.monotonic() - started:.0f}s)")
