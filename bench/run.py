@@ -50,12 +50,12 @@ def log(message: str) -> None:
 
 def fresh_database(services: Services, name: str, workload: workloads.Workload) -> str:
     with psycopg.connect(services.dsn(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")  # type: ignore[arg-type]
-        conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
     dsn = services.dsn(name)
     workload.prepare(dsn, TABLE)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE PUBLICATION {name} FOR TABLE {TABLE}")  # type: ignore[arg-type]
+        conn.execute(f"CREATE PUBLICATION {name} FOR TABLE {TABLE}")
     return dsn
 
 
@@ -63,7 +63,7 @@ def drop_database(services: Services, name: str) -> None:
     with psycopg.connect(services.dsn(), autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                      "WHERE database = %s AND NOT active", (name,))
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")  # type: ignore[arg-type]
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -119,7 +119,7 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
         lag_s_create_time=created_end - load.last_commit if created_end else None,
         latency_p50_ms=percentile(latencies, 0.5), latency_p99_ms=percentile(latencies, 0.99),
         cpu_s_per_million=used.cpu_s / workload.rows * 1e6, peak_rss_mb=used.peak_rss_mb,
-        record_bytes=result.bytes / max(1, result.count),
+        record_bytes=result.byte_count / max(1, result.count),
         extra={**system.extra(), "transactions": load.transactions,
                "main_thread_cpu_s_per_million": used.main_thread_cpu_s / workload.rows * 1e6,
                "loadavg_end": Path("/proc/loadavg").read_text().split()[:3]})

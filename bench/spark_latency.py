@@ -1,8 +1,9 @@
 """Commit → mirror latency: how long after a Postgres COMMIT its row is in the Spark mirror.
 
-Starts a throwaway Postgres 18 and a Tansu broker (``pgbridge.embedded``), runs
-``python -m pgbridge run`` as a child process and the mirror job (``pgbridge_spark.mirror``) on
-``local[2]`` with the Python Kafka source in this process, then commits one probe row at a time
+Starts a throwaway Postgres 18 and Apache Kafka broker (``pgbridge.embedded``, jars from
+``jvm/fetch.py kafka``), runs ``python -m pgbridge run`` as a child process and the mirror job
+(``pgbridge_spark.mirror``: Spark's ``kafka`` source, ``from_avro``; jars from ``jvm/fetch.py
+spark``) on ``local[2]`` in this process, then commits one probe row at a time
 (with a steady background load of small transactions) and, after every micro-batch, reads the
 mirrored Parquet table to see which probes arrived. Latency = time the batch finished minus time the
 COMMIT returned, both on this machine's monotonic clock.
@@ -30,8 +31,13 @@ from typing import Any
 import psycopg
 import pyarrow.parquet as pq
 
-from pgbridge.embedded.broker import start_broker
-from pgbridge.embedded.postgres import start_cluster
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service")]
+
+from jvm.fetch import classpath, fetch  # noqa: E402
+
+from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
+from pgbridge.embedded.postgres import start_cluster  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -54,7 +60,8 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-bench-"))
     cluster = start_cluster(18)
-    broker = start_broker()
+    jars = ",".join(str(j) for j in sorted(fetch("spark").glob("*.jar")))
+    broker = start_kafka(classpath("kafka"), 1)
     bridge = None
     query = None
     try:
@@ -71,7 +78,8 @@ def main() -> int:
                     "PGBRIDGE_BUFFER__SPILL_DIR": str(work / "spill")})
         bridge = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env,
                                   stdout=(work / "bridge.log").open("wb"), stderr=subprocess.STDOUT)
-        spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+        spark = (SparkSession.builder.master("local[2]").config("spark.jars", jars)
+                 .config("spark.sql.shuffle.partitions", "2")
                  .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
                  .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
@@ -91,7 +99,7 @@ def main() -> int:
                     seen.setdefault(probe_id, now)
 
         config = MirrorConfig(bootstrap_servers=broker.bootstrap, prefix=prefix, output=str(output),
-                              checkpoint=str(work / "checkpoint"), source="python", consistent=args.consistent,
+                              checkpoint=str(work / "checkpoint"), consistent=args.consistent,
                               trigger_seconds=args.trigger)
         query = MirrorJob(spark, config, on_batch=on_batch).start()
 

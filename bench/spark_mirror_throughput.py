@@ -78,7 +78,7 @@ def records(rows: int, tx_size: int) -> Any:
     for i in range(rows):
         tx, order = divmod(i, tx_size)
         lsn = 0x1000000 + tx * 0x1000
-        envelope = {"before": None, "after": {"id": i, "v": i % 1000, "note": f"row {i}",
+        envelope: dict[str, Any] = {"before": None, "after": {"id": i, "v": i % 1000, "note": f"row {i}",
                                               "at": 1_700_000_000_000_000 + i},
                     "op": "c", "unchanged_toast_columns": [], "unrepresentable": None,
                     "source": {"db": "bench", "schema": "public", "table": "narrow", "lsn": lsn + order,
@@ -96,7 +96,7 @@ def records(rows: int, tx_size: int) -> Any:
 
 def produce(bootstrap: str, rows: int, tx_size: int) -> float:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(TABLE_TOPIC, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():

@@ -58,7 +58,7 @@ def wait_slot_active(dsn: str, slot: str, process: subprocess.Popen[bytes], log:
             if row is not None and row[0]:
                 return
             if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited with {process.returncode} before streaming; "
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode} before streaming; "
                                    f"log {log}:\n{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.1)
     raise RuntimeError(f"slot {slot} not active after {timeout:g}s; log {log}")

@@ -25,7 +25,7 @@ class TailResult:
     first_arrival: float | None = None  # wall clock when the first record was read
     last_arrival: float | None = None  # wall clock when the record that completed the count was read
     max_timestamp_ms: int | None = None  # highest Kafka record timestamp seen
-    bytes: int = 0  # key + value bytes
+    byte_count: int = 0  # key + value bytes
     samples: list[tuple[int, bytes]] = field(default_factory=list)  # (timestamp ms, value)
 
 
@@ -97,7 +97,7 @@ class TopicTail:
                     result.count += 1
                     value = message.value()
                     key = message.key()
-                    result.bytes += (len(value) if value else 0) + (len(key) if key else 0)
+                    result.byte_count += (len(value) if value else 0) + (len(key) if key else 0)
                     kind, timestamp = message.timestamp()
                     if kind != TIMESTAMP_NOT_AVAILABLE and (result.max_timestamp_ms is None
                                                             or timestamp > result.max_timestamp_ms):

@@ -61,10 +61,10 @@ class Workload:
         """Create the table and load what must exist before streaming starts."""
         with psycopg.connect(dsn, autocommit=True) as conn:
             for statement in self.ddl.format(t=table).split("; "):
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(statement)
             if self.preload_rows:
-                conn.execute(NARROW_INSERT.format(t=table), (1, self.preload_rows))  # type: ignore[arg-type]
-                conn.execute(f"VACUUM ANALYZE {table}")  # type: ignore[arg-type]
+                conn.execute(NARROW_INSERT.format(t=table), (1, self.preload_rows))
+                conn.execute(f"VACUUM ANALYZE {table}")
 
     def ranges(self) -> list[tuple[int, int]]:
         """Inclusive id ranges, one per transaction. Updates cycle over the preloaded ids."""
@@ -104,22 +104,22 @@ def generate(workload: Workload, dsn: str, table: str, rate: float | None = None
     with psycopg.connect(dsn, autocommit=True) as conn:
         started = first = time.time()
         if workload.tx_rows == 1 and not rate:
-            conn.execute(sql, ranges[0])  # type: ignore[arg-type]
+            conn.execute(sql, ranges[0])
             first = time.time()
             for at in range(1, len(ranges), 1000):
                 with conn.pipeline(), conn.cursor() as cursor:
-                    cursor.executemany(sql, ranges[at:at + 1000])  # type: ignore[arg-type]
+                    cursor.executemany(sql, ranges[at:at + 1000])
         elif rate:
             for i, bounds in enumerate(ranges):
                 delay = started + i * workload.tx_rows / rate - time.time()
                 if delay > 0:
                     time.sleep(delay)
-                conn.execute(sql, bounds)  # type: ignore[arg-type]
+                conn.execute(sql, bounds)
                 if i == 0:
                     first = time.time()
         else:
             for i, bounds in enumerate(ranges):
-                conn.execute(sql, bounds)  # type: ignore[arg-type]
+                conn.execute(sql, bounds)
                 if i == 0:
                     first = time.time()
         last = time.time()

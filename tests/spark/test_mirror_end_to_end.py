@@ -96,7 +96,9 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
     # given: tables with rows before the bridge starts (snapshot), the bridge, a mirror job
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-        two_phase = conn.execute("SHOW max_prepared_transactions").fetchone()[0] != "0"
+        setting = conn.execute("SHOW max_prepared_transactions").fetchone()
+        assert setting is not None
+        two_phase = setting[0] != "0"
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
