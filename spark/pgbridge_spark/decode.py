@@ -328,6 +328,7 @@ class ChangeDecoder:
             "after": None if after is None else row(after),
             "source": source, "transaction": transaction,
             "unchanged_toast_columns": envelope["unchanged_toast_columns"],
+            "unrepresentable": envelope.get("unrepresentable"),  # absent from writers before it
             "commit_lsn": source["commit_lsn"],
             "total_order": 0 if transaction is None else transaction["total_order"],
         }

@@ -33,6 +33,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 from pgbridge_spark.schemas import (
     SOURCE_TYPE,
     TRANSACTION_TYPE,
+    UNREPRESENTABLE_TYPE,
     AvroSchema,
     SchemaConversionError,
     nullable_branch,
@@ -219,7 +220,7 @@ def jvm_change_frame(records: DataFrame, *, texts: Mapping[str, str], value_head
         else:
             columns.append(F.lit(None).cast(key_field.dataType).alias("key"))
     try:
-        decoded = _select(records, columns, envelope, out_type)
+        decoded = _select(records, columns, envelope, out_type, _has_unrepresentable(reader))
         produced = decoded.schema
     except Exception as exc:  # spark-avro refuses the schema (a decimal wider than 38 digits, ...)
         raise JvmDecodeUnavailable(f"from_avro cannot read schema {schema_id}: {str(exc).splitlines()[0]}") from exc
@@ -231,7 +232,13 @@ def jvm_change_frame(records: DataFrame, *, texts: Mapping[str, str], value_head
     return decoded
 
 
-def _select(records: DataFrame, columns: list[Column], envelope: Column, out_type: StructType) -> DataFrame:
+def _has_unrepresentable(envelope_text: str) -> bool:
+    """True if the envelope schema has the ``unrepresentable`` field (writers before it had not)."""
+    return any(f.get("name") == "unrepresentable" for f in json.loads(envelope_text).get("fields", []))
+
+
+def _select(records: DataFrame, columns: list[Column], envelope: Column, out_type: StructType,
+            unrepresentable: bool) -> DataFrame:
     """The envelope's parts as ``schemas.change_type`` lays them out."""
     source = F.struct(*[F.col("_e.source").getField(f.name).alias(f.name) for f in SOURCE_TYPE.fields])
     transaction = F.when(F.col("_e.transaction").isNotNull(), F.struct(
@@ -241,6 +248,8 @@ def _select(records: DataFrame, columns: list[Column], envelope: Column, out_typ
         F.col("_e.op").alias("op"), F.col("_e.before").alias("before"), F.col("_e.after").alias("after"),
         source.alias("source"), transaction.alias("transaction"),
         F.col("_e.unchanged_toast_columns").alias("unchanged_toast_columns"),
+        (F.col("_e.unrepresentable") if unrepresentable else F.lit(None).cast(UNREPRESENTABLE_TYPE))
+        .alias("unrepresentable"),
         F.col("_e.source.commit_lsn").alias("commit_lsn"),
         F.coalesce(F.col("_e.transaction.total_order"), F.lit(0).cast("long")).alias("total_order"))
 

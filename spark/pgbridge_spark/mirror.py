@@ -55,7 +55,15 @@ from pgbridge_spark.decode import (
 )
 from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, require_spark_avro
 from pgbridge_spark.kafka import read_schema_topic, table_topic_pattern, topic_name
-from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN, Position, merge_keyed, merge_keyless
+from pgbridge_spark.merge import (
+    COMMIT_LSN_COLUMN,
+    TOTAL_ORDER_COLUMN,
+    UNREPRESENTABLE_COLUMN,
+    UNREPRESENTABLE_MIRROR_TYPE,
+    Position,
+    merge_keyed,
+    merge_keyless,
+)
 from pgbridge_spark.progress import (
     ConsistentProgress,
     TableProgress,
@@ -159,7 +167,8 @@ def recover(output: Path) -> None:
 
 
 def _with_positions(row_type: StructType) -> StructType:
-    return StructType([*row_type.fields, StructField(COMMIT_LSN_COLUMN, LongType(), False),
+    return StructType([*row_type.fields, StructField(UNREPRESENTABLE_COLUMN, UNREPRESENTABLE_MIRROR_TYPE, True),
+                       StructField(COMMIT_LSN_COLUMN, LongType(), False),
                        StructField(TOTAL_ORDER_COLUMN, LongType(), False)])
 
 
@@ -458,7 +467,8 @@ class MirrorJob:
             existing = self.spark.read.schema(_with_positions(stored)).parquet(str(table.directory))
         else:
             existing = self.spark.createDataFrame([], _with_positions(stored or table.row_type))
-        existing = existing.select(*_project(existing, stored, table.row_type), COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN)
+        existing = existing.select(*_project(existing, stored, table.row_type), UNREPRESENTABLE_COLUMN,
+                                   COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN)
         if table.key_type is not None:
             key_fields = [f.name for f in table.key_type.fields]
             merged = merge_keyed(existing, table.changes, table.row_type, key_fields, truncate, with_toast,

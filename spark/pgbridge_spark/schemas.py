@@ -227,6 +227,11 @@ TRANSACTION_TYPE: Final = StructType([
 ])
 
 
+# The envelope's ``unrepresentable`` map: ``before.<column>`` / ``after.<column>`` → the exact
+# Postgres text of a value its typed field holds as null (null for records of writers before it).
+UNREPRESENTABLE_TYPE: Final = MapType(StringType(), StringType(), False)
+
+
 def change_type(row_type: StructType, key_type: StructType | None) -> StructType:
     """Spark schema of decoded change rows of one table (``decode.ChangeDecoder`` output).
 
@@ -248,6 +253,7 @@ def change_type(row_type: StructType, key_type: StructType | None) -> StructType
         StructField("source", SOURCE_TYPE, False),
         StructField("transaction", TRANSACTION_TYPE, True),
         StructField("unchanged_toast_columns", ArrayType(StringType(), False), False),
+        StructField("unrepresentable", UNREPRESENTABLE_TYPE, True),
         StructField("commit_lsn", LongType(), False),
         StructField("total_order", LongType(), False),
     ])
