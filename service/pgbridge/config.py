@@ -23,7 +23,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
@@ -139,6 +145,18 @@ class KafkaConfig(_Section):
     # "stop" fails with an error naming it; "dead_letter" publishes its position and key to
     # {prefix}._dead_letter and goes on (publish/oversize.py).
     oversize_policy: Literal["stop", "dead_letter"] = "stop"
+    # Routing and filtering (docs/routing.md, publish/routing.py): ops not published (c, u, d, t;
+    # Debezium's default skips t, pgbridge's skips none) and the tombstone after a keyed delete.
+    skipped_operations: Annotated[list[Literal["c", "u", "d", "t"]], NoDecode] = Field(default_factory=list)
+    tombstones_on_delete: bool = True
+
+    @field_validator("skipped_operations", mode="before")
+    @classmethod
+    def _split_operations(cls, value: Any) -> Any:
+        """``c,u`` from the environment; ``none`` (Debezium's spelling) for the empty list."""
+        if isinstance(value, str):
+            value = [] if value.strip().lower() in ("", "none") else [op.strip() for op in value.split(",")]
+        return value
 
     @field_validator("topic_prefix")
     @classmethod

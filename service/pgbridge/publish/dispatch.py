@@ -47,6 +47,7 @@ from pgbridge.lsn import Lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
 from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.publish.producer import KafkaPublisher
+from pgbridge.publish.routing import PublishFilter, row_records
 from pgbridge.publish.transactions import Position
 from pgbridge.slotted import slot_setters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter
@@ -177,6 +178,7 @@ class Dispatcher:
         self.transactions = publisher.transactions  # None unless kafka.exactly_once
         self.incremental = incremental
         self.counters = EventCounters(metrics)
+        self.filter = PublishFilter.of(publisher.config)  # skipped operations, tombstones (publish/routing.py)
         self.position: Position | None = None  # exactly-once: how far committed Kafka transactions got
         self._completed = completed
         self._idle = idle
@@ -238,20 +240,31 @@ class Dispatcher:
             raise FatalError("row change outside a transaction reached the encoder")
         encoder = self.encoder
         table = encoder.table_of(event.relation)
+        if self.filter.skips(event.op):
+            self._skip_row(event, table, tx)
+            return
         tally = tx.tally(table)
         if tx.already_in_kafka():
             tx.next_context(tally)
             return
         records = encoder.encode_row(event, tx.next_context(tally))
         self._row_event = event
-        tally.add(event.op, self.publisher.produce_all(records, tx.callback, tx.unit, self._idle,
-                                                        self._describe_row))
+        tally.add(event.op, self.publisher.produce_all(row_records(records, event.op, self.filter.tombstones_on_delete),
+                                                        tx.callback, tx.unit, self._idle, self._describe_row))
         snap = self.incremental
         if snap is not None and snap.window_table == table:
             snap.drop_keys(record.key for record in records)
         transactions = self.transactions
         if transactions is not None and transactions.split_due():
             self._split(tx)
+
+    def _skip_row(self, event: RowChange, table: str, tx: _OpenTransaction) -> None:
+        """A change of a skipped operation: nothing published, no place in the transaction's order.
+        It still supersedes the held incremental-snapshot row of its key, as a published one would:
+        that row was read before this change and would publish a state the table no longer has."""
+        snap = self.incremental
+        if snap is not None and snap.window_table == table:
+            snap.drop_keys(record.key for record in self.encoder.encode_row(event, tx.context))
 
     def _begin(self, event: TxBegin) -> None:
         if self._tx is not None:
@@ -297,8 +310,13 @@ class Dispatcher:
         tx = self._tx
         if tx is None:
             raise FatalError("truncate outside a transaction reached the encoder")
+        skipped = self.filter.skips("t")  # not published; still empties a held snapshot chunk
         for relation in event.relations:
             table = self.encoder.table_of(relation)
+            if skipped:
+                if self.incremental is not None and self.incremental.window_table == table:
+                    self.incremental.drop_all()
+                continue
             tally = tx.tally(table)
             if tx.already_in_kafka():
                 tx.next_context(tally)

@@ -166,6 +166,11 @@ class KafkaPublisher:
         self._max_in_flight = config.max_in_flight
         self._last_topic: str | None = None  # produce_all: the last topic known to exist
 
+    @property
+    def config(self) -> KafkaConfig:
+        """The Kafka section: the dispatcher reads its routing and filtering options from it."""
+        return self._config
+
     # -- delivery reports ------------------------------------------------------------------------
     def callback_for(self, unit: Unit) -> Callable[[KafkaError | None, Message], None]:
         """One callback per unit (not per record), so the hot path allocates nothing per record."""
