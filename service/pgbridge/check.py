@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from pgbridge.config import Settings
+from pgbridge.config import PostgresConfig, Settings
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
@@ -16,6 +16,17 @@ from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
 from pgbridge.source.identifiers import quote_ident, table_name
 from pgbridge.source.monitor import read_slot
+from pgbridge.source.publication import (
+    MODE_ALL_TABLES,
+    MODE_DISABLED,
+    MODE_FILTERED,
+    catalog_tables,
+    create_statement,
+    is_all_tables,
+    member_tables,
+    resolve_selection,
+)
+from pgbridge.source.selection import TableSelection, select_tables
 from pgbridge.source.type_catalog import CatalogTypes
 
 # Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
@@ -59,7 +70,12 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         problems.append(Problem("error", f"the connecting role {user} lacks the REPLICATION attribute",
                                 f"ALTER ROLE {quote_ident(user)} WITH REPLICATION;"))
     publication_exists = slots.publication_exists(conn, pg.publication)
-    if not publication_exists:
+    if pg.pattern_selection is not None or pg.publication_mode != MODE_FILTERED:
+        selection_found, tables = _selection_problems(conn, pg, user, publication_exists)
+        problems.extend(selection_found)
+        if publication_exists:
+            problems.extend(_partition_problems(conn, pg.publication))
+    elif not publication_exists:
         if pg.tables:
             tables = pg.table_pairs or []
             for table, (schema, name) in zip(pg.tables, tables, strict=True):
@@ -102,6 +118,54 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     if pg.failover_slot and conn.info.server_version >= FAILOVER_VERSION:
         problems.extend(_failover_problems(conn, pg.slot))
     return problems
+
+
+def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresConfig, user: str,
+                        exists: bool) -> tuple[list[Problem], list[tuple[str, str]]]:
+    """``table_include`` / ``table_exclude`` and ``publication_mode`` (docs/capture.md): the patterns
+    match a table, and the publication exists or ``run`` can create it as the mode asks. Returns the
+    problems and the tables ``run`` would capture (for the per-table checks)."""
+    problems: list[Problem] = []
+    selected = pg.table_pairs
+    patterns = pg.pattern_selection
+    if patterns is not None:
+        try:
+            selected = resolve_selection(conn, patterns)
+        except PgbridgeError as exc:
+            problems.append(Problem("error", str(exc), exc.hint or "fix the patterns"))
+            selected = []
+    version = conn.info.server_version
+    if exists:
+        captured = slots.published_tables(conn, pg.publication, pg.stream_filter)
+        lacking = sorted(set(selected or []) - member_tables(conn, pg.publication)) \
+            if not is_all_tables(conn, pg.publication) else []
+        names = ", ".join(table_name(schema, name) for schema, name in lacking)
+        if lacking and pg.publication_mode == MODE_DISABLED:
+            problems.append(Problem("error", f"publication {pg.publication} lacks the selected tables {names}: with "
+                                    "postgres.publication_mode disabled they are not captured",
+                                    f"ALTER PUBLICATION {pg.publication} ADD TABLE {names};"))
+        elif lacking and patterns is not None and pg.publication_mode == MODE_FILTERED:
+            problems.append(Problem("info", f"publication {pg.publication} lacks the selected tables {names}",
+                                    "none needed: run adds them (postgres.publication_mode filtered)"))
+        return problems, captured
+    if pg.publication_mode == MODE_DISABLED:
+        problems.append(Problem("error", f"publication {pg.publication} does not exist and postgres.publication_mode "
+                                "is disabled, so run does not create it",
+                                f"as the tables' owner: {create_statement(pg.publication, selected or [], version)}"))
+        return problems, selected or []
+    if pg.publication_mode == MODE_ALL_TABLES:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        if row is None or not row[0]:
+            problems.append(Problem(
+                "error", f"postgres.publication_mode all_tables: publication {pg.publication} does not exist and "
+                f"role {user} cannot create it (FOR ALL TABLES needs a superuser)",
+                f"as a superuser: {create_statement(pg.publication, None, version)} or ALTER ROLE "
+                f"{quote_ident(user)} SUPERUSER; or set postgres.publication_mode to filtered"))
+        return problems, select_tables(catalog_tables(conn), pg.stream_filter or TableSelection(include=None))
+    assert selected is not None  # filtered with patterns
+    if selected:
+        problems.extend(_publication_creation_problems(conn, pg.publication, selected, user))
+    return problems, selected
 
 
 def _failover_problems(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> list[Problem]:

@@ -7,11 +7,12 @@ a default. Secrets are ``SecretStr`` and never appear in ``repr`` or logs.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,6 +36,7 @@ from pydantic_settings import (
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
 from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
+from pgbridge.source.selection import TableSelection, compile_patterns, split_patterns
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout
 # (60 s), and often enough that confirmed_flush_lsn trails delivery by seconds, not minutes.
@@ -93,6 +96,55 @@ class PostgresConfig(_Section):
     # Create the slot as a failover slot (Postgres 17+) so a standby with sync_replication_slots
     # keeps it synchronized and pgbridge resumes on the promoted standby; ignored on older servers.
     failover_slot: bool = True
+
+    # Which tables are captured (docs/capture.md, source/selection.py, source/publication.py):
+    # regular expressions matched in full against schema.table (catalog names, unquoted), include
+    # (unset: every table) then exclude; and how the publication is managed.
+    table_include: Annotated[list[str] | None, NoDecode] = None
+    table_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    publication_mode: Literal["filtered", "all_tables", "disabled"] = "filtered"
+
+    @field_validator("table_include", "table_exclude", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: Any) -> Any:
+        """A comma list from the environment (a JSON array when a pattern holds a comma)."""
+        if isinstance(value, str):
+            value = json.loads(value) if value.lstrip().startswith("[") else split_patterns(value)
+        return value
+
+    @field_validator("table_include", "table_exclude")
+    @classmethod
+    def _valid_patterns(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is not None:
+            compile_patterns(value, key=f"postgres.{info.field_name}")  # re.error as ValueError
+        return value
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> PostgresConfig:
+        if self.tables is not None and (self.table_include is not None or self.table_exclude):
+            other = "table_include" if self.table_include is not None else "table_exclude"
+            raise ValueError(f"postgres.tables and postgres.{other} cannot both be set: list exact tables in "
+                             f"postgres.tables, or select by pattern with postgres.table_include/table_exclude")
+        return self
+
+    @property
+    def pattern_selection(self) -> TableSelection | None:
+        """``table_include`` / ``table_exclude`` compiled; ``None`` when neither is set."""
+        if self.table_include is None and not self.table_exclude:
+            return None
+        return TableSelection.from_patterns(self.table_include, self.table_exclude)
+
+    @property
+    def stream_filter(self) -> TableSelection | None:
+        """What the in-stream filter keeps (assemble/capture.py): the patterns; or ``postgres.tables``
+        when the publication may hold more (``all_tables``, ``disabled``); else ``None`` (with
+        ``filtered`` and ``postgres.tables`` the publication is used as it is, as before)."""
+        patterns = self.pattern_selection
+        if patterns is not None:
+            return patterns
+        if self.tables is not None and self.publication_mode != "filtered":
+            return TableSelection.from_names(self.table_pairs or [])
+        return None
 
     @field_validator("tables", mode="before")
     @classmethod

@@ -110,7 +110,8 @@ class SnapshotTick:
         self._progress.poll()
         if now >= self._next_publication_check:
             self._next_publication_check = now + self._settings.snapshot.publication_check_s
-            published = table_names(slots.published_tables(self._sql, self._settings.postgres.publication))
+            pg = self._settings.postgres
+            published = table_names(slots.published_tables(self._sql, pg.publication, pg.stream_filter))
             snap.check_publication(published, snapshot_new=self._settings.snapshot.mode == "initial")
         if snap.busy:
             snap.tick(self._encode_row, self._keys)

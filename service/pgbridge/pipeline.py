@@ -32,6 +32,7 @@ import psycopg
 from pgbridge import native
 from pgbridge.ack.progress import ProgressReporter
 from pgbridge.ack.tracker import AckTracker
+from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import Settings, ToastConfig, TypesConfig
 from pgbridge.decode.pgoutput import PgoutputDecoder
@@ -63,6 +64,7 @@ from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, spli
 from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotIdentity, SlotMonitor
 from pgbridge.source.options import negotiate_proto_version, replication_options
+from pgbridge.source.publication import MODE_FILTERED, PublicationSync, prepare_publication
 from pgbridge.source.stream import ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
@@ -125,7 +127,7 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
         if wal_level is None or wal_level[0] != "logical":
             raise FatalError(f"wal_level is {wal_level[0] if wal_level else '?'}, logical replication needs "
                              "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
-        slots.ensure_publication(sql, pg.publication, pg.tables)
+        prepare_publication(sql, pg)
         repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s, failover=pg.failover_slot)
         repl.connect()
         proto = negotiate_proto_version(repl.server_version, pg.proto_version)
@@ -163,8 +165,10 @@ class Session:
         self.identity = identity or SlotIdentity()
         self.lease = lease
         self.tracker = AckTracker()
+        stream_filter = settings.postgres.stream_filter
         self.assembler = TransactionAssembler(memory_bytes=settings.buffer.memory_bytes,
-                                              spill_dir=settings.buffer.spill_dir)
+                                              spill_dir=settings.buffer.spill_dir,
+                                              capture=None if stream_filter is None else CaptureFilter(stream_filter))
         self.reporter = ProgressReporter(self.tracker, metrics, self.identity,
                                          status_interval_s=settings.postgres.status_interval_s,
                                          stall_s=settings.watchdog.stall_s)
@@ -204,6 +208,10 @@ class Session:
                               walsender_pid=conn.repl.pgconn.backend_pid)
         self._jobs += [SlotCheck(monitor, conn.sql, self.reporter),
                        Heartbeat(conn.sql, self.metrics, pg.heartbeat_interval_s)]
+        patterns = pg.pattern_selection
+        if patterns is not None and pg.publication_mode == MODE_FILTERED:  # before the tick: it sees them
+            self._between_transactions.append(PublicationSync(conn.sql, pg.publication, patterns,
+                                                              self.settings.snapshot.publication_check_s))
         self._between_transactions.append(
             SnapshotTick(self.settings, conn.sql, snapshotter, self.progress, conn.encoder, conn.keys))
         self.stream = ReplicationStream(conn.repl)
@@ -237,14 +245,16 @@ class Session:
             created = conn.repl.create_slot(pg.slot, two_phase=pg.two_phase, export_snapshot=False)
             log.info("slot created", extra={"slot": created.name,
                                             "consistent_point": format_lsn(created.consistent_point)})
-            self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication)))
+            self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,
+                                                                                 pg.stream_filter)))
             return
         tables = run_initial_snapshot(
             dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot, pending=pending,
             publication=pg.publication, config=self.settings.snapshot, two_phase=pg.two_phase,
             progress=self.progress, records=records,
             make_sink=lambda lsn: SnapshotSink(dispatcher, self.progress, lsn),
-            metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s)
+            metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
+            selection=pg.stream_filter)
         self.incremental.set_known_tables(tables)
 
     # -- the loop ----------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
+from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.prepared import PreparedTransactions
 from pgbridge.assemble.relations import RelationCache
 from pgbridge.assemble.spill import BufferedEvent, SpillStore
@@ -170,8 +171,9 @@ class TransactionAssembler:
     it goes) and counts as unfinished until it is exhausted or closed.
     """
 
-    def __init__(self, *, memory_bytes: int, spill_dir: pathlib.Path) -> None:
+    def __init__(self, *, memory_bytes: int, spill_dir: pathlib.Path, capture: CaptureFilter | None = None) -> None:
         self._relations = RelationCache()
+        self._capture = capture  # postgres.table_include/exclude: drops changes of unselected tables
         self._store = SpillStore(spill_dir=spill_dir, memory_bytes=memory_bytes)
         self._streams = StreamedTransactions(store=self._store, relations=self._relations)
         self._prepared = PreparedTransactions(store=self._store)
@@ -324,7 +326,8 @@ class TransactionAssembler:
         plain = self._plain
         assert plain is not None  # IN_TRANSACTION always has one
         if isinstance(msg, _CHANGE_TYPES):
-            return (change_event(msg, wal_start, self._relations.get),)
+            event = self._change(msg, wal_start, self._relations.get)
+            return () if event is None else (event,)
         if isinstance(msg, Commit):
             if msg.commit_lsn != plain.final_lsn:
                 raise InvariantError(
@@ -342,7 +345,9 @@ class TransactionAssembler:
         txn = self._current
         assert txn is not None  # IN_PREPARE always has one
         if isinstance(msg, _CHANGE_TYPES):
-            txn.add(txn.xid, change_event(msg, wal_start, self._relations.get))
+            event = self._change(msg, wal_start, self._relations.get)
+            if event is not None:
+                txn.add(txn.xid, event)
             return ()
         if isinstance(msg, Prepare):
             self._prepared.finish(txn, msg)
@@ -368,11 +373,18 @@ class TransactionAssembler:
                     f"{type(msg).__name__} inside the stream block of xid {txn.xid} carries no xid "
                     f"at {format_lsn(wal_start)}"
                 )
-            txn.add(msg.xid, change_event(msg, wal_start, txn.overlay.get))
+            event = self._change(msg, wal_start, txn.overlay.get)
+            if event is not None:
+                txn.add(msg.xid, event)
             return ()
         raise _unexpected(msg, self._state, wal_start)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _change(self, msg: ChangeMessage, wal_start: Lsn, relation_of: RelationLookup) -> BufferedEvent | None:
+        """The change's event, or ``None`` when the capture filter drops it (see assemble/capture.py)."""
+        event = change_event(msg, wal_start, relation_of)
+        return event if self._capture is None else self._capture.keep(event)
 
     def _apply_metadata(self, msg: Relation | TypeInfo) -> None:
         if self._state is SessionState.IN_STREAM_BLOCK and self._current is not None:

@@ -46,6 +46,7 @@ from pgbridge.snapshot.progress import ProgressStore, done_key, header_key, init
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection, build_conninfo
 from pgbridge.source.identifiers import table_name
+from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,8 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
 def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: ConnT, slot: str, pending: str,
                          publication: str, config: SnapshotConfig, two_phase: bool, progress: ProgressStore,
                          records: dict[str, dict[str, Any]], make_sink: Callable[[Lsn], ChunkSink],
-                         metrics: Metrics, stop: threading.Event, connect_timeout_s: float) -> list[str]:
+                         metrics: Metrics, stop: threading.Event, connect_timeout_s: float,
+                         selection: TableSelection | None = None) -> list[str]:
     """Snapshot every published table through the pending slot, then create ``slot`` from it.
 
     Resumes a previous attempt when its pending slot and progress agree (see progress.py); else
@@ -401,7 +403,7 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
         consistent, snapshot_name = created.consistent_point, created.snapshot_name
         log.info("snapshot slot created", extra={"slot": pending, "consistent_point": format_lsn(consistent)})
         exporter = connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s)
-        tables = plan_tables(exporter, slots.published_tables(sql_conn, publication), publication,
+        tables = plan_tables(exporter, slots.published_tables(sql_conn, publication, selection), publication,
                              config.chunk_rows, metrics)
         progress.put_many((plan_key(slot, t.plan.table), {"consistent_lsn": consistent, "plan": t.plan.to_json()})
                           for t in tables)

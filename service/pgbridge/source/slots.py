@@ -16,6 +16,7 @@ from pgbridge.errors import ConfigError, FatalError, SlotError
 from pgbridge.lsn import Lsn, parse_lsn
 from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
 from pgbridge.source.identifiers import parse_table, table_name
+from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
 
@@ -167,10 +168,16 @@ def partitioned_published_separately(conn: psycopg.Connection[tuple[object, ...]
     return [table_name(str(schema), str(name)) for schema, name in rows]
 
 
-def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[tuple[str, str]]:
+def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str,
+                     selection: TableSelection | None = None) -> list[tuple[str, str]]:
+    """The tables the publication publishes; with ``selection`` (``PostgresConfig.stream_filter``)
+    only the selected ones, so snapshots never read a table the stream filter drops."""
     rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"
                         " ORDER BY 1, 2", (publication,)).fetchall()
-    return [(str(schema), str(table)) for schema, table in rows]
+    return [(str(schema), str(table)) for schema, table in rows
+            if selection is None or selection.matches(str(schema), str(table))]
+
+
 
 
 def key_columns(conn: psycopg.Connection[tuple[object, ...]], rel_id: int) -> tuple[str, ...]:

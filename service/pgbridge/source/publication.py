@@ -1,0 +1,179 @@
+"""The publication pgbridge streams, as ``postgres.publication_mode`` says, over an ordinary SQL connection.
+
+``filtered`` (default): pgbridge creates the publication ``FOR TABLE`` the selected tables
+(``postgres.tables``, or ``table_include`` / ``table_exclude`` resolved against the catalog) and,
+with patterns, adds tables created later that match (``PublicationSync``, every
+``snapshot.publication_check_s``; the snapshot tick then snapshots them as any table new in the
+publication). ``all_tables``: ``FOR ALL TABLES`` (superuser only), the selection filtering in-stream
+(assemble/capture.py). ``disabled``: pgbridge never creates or alters it; it must exist.
+Which tables are selected is pure logic in source/selection.py; this module is the catalog I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg import sql
+
+from pgbridge.config import PostgresConfig
+from pgbridge.errors import ConfigError, FatalError
+from pgbridge.source import slots
+from pgbridge.source.identifiers import table_name
+from pgbridge.source.selection import CatalogTable, TableSelection, is_system_schema, select_tables
+
+log = logging.getLogger(__name__)
+
+SqlConn = psycopg.Connection[tuple[object, ...]]
+
+MODE_FILTERED: Final = "filtered"
+MODE_ALL_TABLES: Final = "all_tables"
+MODE_DISABLED: Final = "disabled"
+
+
+def catalog_tables(conn: SqlConn) -> list[CatalogTable]:
+    """Ordinary and partitioned tables of this database outside the system schemas."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname, c.relkind = 'p', c.relispartition FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p')"
+        " AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') ORDER BY 1, 2").fetchall()
+    return [CatalogTable(schema=str(schema), name=str(name), partitioned=bool(partitioned),
+                         is_partition=bool(is_partition))
+            for schema, name, partitioned, is_partition in rows if not is_system_schema(str(schema))]
+
+
+def resolve_selection(conn: SqlConn, selection: TableSelection) -> list[tuple[str, str]]:
+    """The selected tables that exist now; none is a configuration error naming the patterns."""
+    selected = select_tables(catalog_tables(conn), selection)
+    if not selected:
+        raise ConfigError(f"{selection.describe()} match no table in database {conn.info.dbname}",
+                          hint="patterns match schema.table in full, unquoted, as the catalog spells it "
+                          "(public.orders, public.Order Items): fix the patterns or create the tables")
+    return selected
+
+
+def create_statement(publication: str, tables: list[tuple[str, str]] | None, server_version: int) -> str:
+    """``CREATE PUBLICATION`` for ``tables`` (``None``: ``FOR ALL TABLES``), as an operator would run it."""
+    target = "ALL TABLES" if tables is None else \
+        "TABLE " + (", ".join(table_name(schema, name) for schema, name in tables) or "...")
+    return f"CREATE PUBLICATION {publication} FOR {target}{slots.publication_options(server_version)};"
+
+
+def is_all_tables(conn: SqlConn, publication: str) -> bool:
+    row = conn.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+    return row is not None and bool(row[0])
+
+
+def prepare_publication(conn: SqlConn, pg: PostgresConfig) -> None:
+    """Make the publication what ``pg.publication_mode`` asks for, before the slot streams it.
+
+    With patterns they are resolved first, so a selection that matches nothing fails at start.
+    """
+    selection = pg.pattern_selection
+    selected = resolve_selection(conn, selection) if selection is not None else pg.table_pairs
+    version = conn.info.server_version
+    exists = slots.publication_exists(conn, pg.publication)
+    if pg.publication_mode == MODE_DISABLED:
+        if not exists:
+            raise FatalError(f"publication {pg.publication} does not exist and postgres.publication_mode is "
+                             "disabled, so pgbridge does not create it",
+                             hint="run as the tables' owner: "
+                             f"{create_statement(pg.publication, selected or [], version)}")
+        return
+    if pg.publication_mode == MODE_ALL_TABLES:
+        if not exists:
+            _create(conn, pg.publication, None)
+        return
+    if selection is None:  # postgres.tables or nothing: as before the patterns existed
+        slots.ensure_publication(conn, pg.publication, pg.tables)
+        return
+    assert selected is not None
+    if not exists:
+        _create(conn, pg.publication, selected)
+        return
+    add_missing_tables(conn, pg.publication, selected)
+
+
+def _create(conn: SqlConn, publication: str, tables: list[tuple[str, str]] | None) -> None:
+    target = sql.SQL("ALL TABLES") if tables is None else sql.SQL("TABLE {}").format(
+        sql.SQL(", ").join(sql.Identifier(schema, name) for schema, name in tables))
+    statement = sql.SQL("CREATE PUBLICATION {} FOR {}{}").format(
+        sql.Identifier(publication), target, sql.SQL(slots.publication_options(conn.info.server_version)))
+    try:
+        conn.execute(statement)
+    except pgerrors.InsufficientPrivilege as exc:
+        hint = ("FOR ALL TABLES needs a superuser: run it as one, or use publication_mode filtered"
+                if tables is None else "create it as the tables' owner, or grant CREATE on the database")
+        raise FatalError(f"cannot create publication {publication}: {exc.diag.message_primary}",
+                         hint=f"{hint}: {create_statement(publication, tables, conn.info.server_version)}") from None
+    except pgerrors.DuplicateObject:
+        return
+    log.info("publication created", extra={"publication": publication, "all_tables": tables is None,
+                                           "tables": None if tables is None else
+                                           [table_name(schema, name) for schema, name in tables]})
+
+
+def member_tables(conn: SqlConn, publication: str) -> set[tuple[str, str]]:
+    """Tables the publication names directly (``pg_publication_rel``) or publishes
+    (``pg_publication_tables``: schemas, partitions of a root without publish_via_partition_root)."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+        " JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE p.pubname = %s", (publication,)).fetchall()
+    return {(str(schema), str(name)) for schema, name in rows} | set(slots.published_tables(conn, publication))
+
+
+def add_missing_tables(conn: SqlConn, publication: str, selected: list[tuple[str, str]]) -> list[str]:
+    """``ALTER PUBLICATION ... ADD TABLE`` for each selected table it lacks; returns their names.
+
+    A ``FOR ALL TABLES`` publication already has them all. A table dropped meanwhile is skipped.
+    """
+    if is_all_tables(conn, publication):
+        return []
+    members = member_tables(conn, publication)
+    added: list[str] = []
+    for schema, name in selected:
+        if (schema, name) in members:
+            continue
+        try:
+            conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(publication), sql.Identifier(schema, name)))
+        except (pgerrors.UndefinedTable, pgerrors.DuplicateObject):
+            continue
+        except pgerrors.InsufficientPrivilege as exc:
+            raise FatalError(f"cannot add {table_name(schema, name)} to publication {publication}: "
+                             f"{exc.diag.message_primary}",
+                             hint=f"as its owner: ALTER PUBLICATION {publication} ADD TABLE "
+                             f"{table_name(schema, name)}; or set postgres.publication_mode to disabled") from None
+        added.append(table_name(schema, name))
+    if added:
+        log.info("tables added to the publication", extra={"publication": publication, "tables": added})
+    return added
+
+
+class PublicationSync:
+    """Housekeeping job (``publication_mode: filtered`` with patterns): tables created since the start
+    that match are added to the publication every ``interval_s``. It runs before the snapshot tick,
+    which then finds them new in the publication and snapshots them incrementally."""
+
+    def __init__(self, sql_conn: SqlConn, publication: str, selection: TableSelection, interval_s: float) -> None:
+        self._sql = sql_conn
+        self._publication = publication
+        self._selection = selection
+        self._interval_s = interval_s
+        self._next_at = 0.0
+        self._disabled = False
+
+    def __call__(self, now: float) -> None:
+        if self._disabled or now < self._next_at:
+            return
+        self._next_at = now + self._interval_s
+        selected = select_tables(catalog_tables(self._sql), self._selection)
+        try:
+            add_missing_tables(self._sql, self._publication, selected)
+        except FatalError as exc:  # a table owned by another role: streaming goes on without it
+            log.warning("cannot add a new matching table to the publication; not trying again until restart",
+                        extra={"error": str(exc), "hint": exc.hint})
+            self._disabled = True
