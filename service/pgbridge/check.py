@@ -8,6 +8,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.config import PostgresConfig, Settings
+from pgbridge.encode.columns import table_problem
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
@@ -15,6 +16,7 @@ from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
 from pgbridge.source.identifiers import quote_ident, table_name
+from pgbridge.source.keys import usable_key
 from pgbridge.source.monitor import read_slot
 from pgbridge.source.publication import (
     MODE_ALL_TABLES,
@@ -102,6 +104,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     catalog = CatalogTypes(conn)
     for schema, name in tables:
         problems.extend(_table_problems(conn, str(schema), str(name)))
+        problems.extend(_column_problems(conn, settings, catalog, str(schema), str(name)))
         if pg.binary:
             problems.extend(_binary_problems(conn, catalog, str(schema), str(name),
                                              pg.publication if publication_exists else None))
@@ -375,3 +378,17 @@ def run_checks(settings: Settings) -> list[Problem]:
     problems.extend(check_kafka(settings))
     problems.extend(check_schema_registry(settings))
     return problems
+
+
+def _column_problems(conn: psycopg.Connection[tuple[object, ...]], settings: Settings, catalog: CatalogTypes,
+                     schema: str, name: str) -> list[Problem]:
+    """What ``run`` would refuse of ``columns.*`` for this table (encode/columns.py, the same rule):
+    an excluded Kafka key column, a truncated column that is not text."""
+    rules = settings.columns.rules()
+    if not rules:
+        return []
+    relation = slots.relation_from_catalog(conn, schema, name, settings.postgres.publication)
+    keys = usable_key(slots.key_columns(conn, relation.rel_id), relation)
+    problem = table_problem(relation, rules, keys,
+                            lambda c: codec_for(c.type_oid, c.type_modifier, None, catalog))
+    return [] if problem is None else [Problem("error", *problem)]

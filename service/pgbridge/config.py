@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from pgbridge.encode.columns import ColumnRules
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
 from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
@@ -301,6 +303,44 @@ class TypesConfig(_Section):
         return self
 
 
+class ColumnsConfig(_Section):
+    """Column policies (docs/columns.md, encode/columns.py), Debezium's column.* options.
+
+    Each pattern is a Python regex matched in full against ``schema.table.column`` (the catalog's
+    names, or their SQL-quoted form). ``exclude``: the column is not published. ``hash``: lowercase
+    hex SHA-256 of ``hash_salt`` followed by the value's text. ``mask``: pattern → N, the value
+    becomes N ``*``. ``truncate``: pattern → N, a text value is cut to N characters. Several
+    matching one column: exclude > hash > mask > truncate.
+    """
+
+    exclude: list[str] = Field(default_factory=list)
+    hash: list[str] = Field(default_factory=list)
+    hash_salt: SecretStr | None = None
+    mask: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    truncate: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+
+    @field_validator("exclude", "hash", "mask", "truncate")
+    @classmethod
+    def _regexes(cls, value: Any) -> Any:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a Python regex: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _salted(self) -> ColumnsConfig:
+        if self.hash and not (self.hash_salt and self.hash_salt.get_secret_value()):
+            raise ValueError("columns.hash needs columns.hash_salt (PGBRIDGE_COLUMNS__HASH_SALT), a secret "
+                             "string that makes the digests unguessable from the values")
+        return self
+
+    def rules(self) -> ColumnRules:
+        return ColumnRules.compile(exclude=self.exclude, hash=self.hash, mask=self.mask, truncate=self.truncate,
+                                   hash_salt=self.hash_salt.get_secret_value() if self.hash_salt else "")
+
+
 class HttpConfig(_Section):
     port: int = Field(default=8080, ge=0, le=65535)
     host: str = "0.0.0.0"
@@ -348,6 +388,7 @@ class Settings(BaseSettings):
     snapshot: SnapshotConfig = SnapshotConfig()
     toast: ToastConfig = ToastConfig()
     types: TypesConfig = TypesConfig()
+    columns: ColumnsConfig = ColumnsConfig()
     http: HttpConfig = HttpConfig()
     buffer: BufferConfig = BufferConfig()
     log: LogConfig = LogConfig()

@@ -37,6 +37,7 @@ from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import Settings, ToastConfig, TypesConfig
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
+from pgbridge.encode.columns import PolicyEncoder, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
@@ -141,10 +142,14 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
         else:
             registrar = SingleObjectRegistrar(schema_announcer(publisher, prefix))
         keys = KeyColumns(sql)
-        encoder = ChangeEncoder(topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
-                                type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
-                                toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
-                                observer=EncodeMetrics(metrics))
+        encoder = encoder_for(settings.columns.rules())(
+            topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
+            type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
+            toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
+            observer=EncodeMetrics(metrics))
+        if isinstance(encoder, PolicyEncoder):
+            encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
+                                 for schema, table in slots.published_tables(sql, pg.publication))
     except BaseException:
         if repl is not None:
             repl.close()
