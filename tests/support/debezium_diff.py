@@ -61,7 +61,8 @@ RULES: Final[Mapping[str, str]] = {
     "message-collection-order": "message data_collection_order: pgbridge 0 (no table), Debezium 1",
     "message-commit-time": "non-transactional message: pgbridge no commit time, Debezium the previous commit's",
     "end-message-collection": "END data_collections: Debezium lists a message as a collection, pgbridge does not",
-    "unrepresentable": "pgbridge null + the exact text in unrepresentable, Debezium a sentinel value",
+    "unrepresentable": "pgbridge null + the exact text in unrepresentable, Debezium a sentinel in the field "
+                       "(for a range: the text)",
 }
 
 
