@@ -171,6 +171,18 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
     return problems, selected
 
 
+def drop_on_stop_problems(settings: Settings) -> list[Problem]:
+    """``postgres.drop_slot_on_stop`` with leader election (on by default): a standby that takes over
+    after a clean stop of the leader finds no slot, takes a new snapshot and misses what changed in
+    between. A warning: with one replica the combination is fine."""
+    if not (settings.postgres.drop_slot_on_stop and settings.ha.leader_election):
+        return []
+    return [Problem("warning", "postgres.drop_slot_on_stop drops the slot on every clean stop: with ha.leader_election "
+                    "a standby replica that takes over finds no slot, takes a new snapshot and misses the changes "
+                    "in between", "run a single replica, or set postgres.drop_slot_on_stop to false "
+                    "(PGBRIDGE_POSTGRES__DROP_SLOT_ON_STOP=false)")]
+
+
 def _failover_problems(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> list[Problem]:
     """Whether the slot would survive a failover to a standby (Postgres 17+): a failover slot, and
     ``synchronized_standby_slots`` naming standby slots with a standby on them (see
@@ -366,7 +378,7 @@ def check_schema_registry(settings: Settings) -> list[Problem]:
 
 
 def run_checks(settings: Settings) -> list[Problem]:
-    problems: list[Problem] = []
+    problems: list[Problem] = drop_on_stop_problems(settings)
     try:
         conn = slots.connect_sql(settings.postgres.dsn.get_secret_value(),
                                  connect_timeout_s=settings.postgres.connect_timeout_s)

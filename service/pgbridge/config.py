@@ -105,6 +105,9 @@ class PostgresConfig(_Section):
     table_include: Annotated[list[str] | None, NoDecode] = None
     table_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
     publication_mode: Literal["filtered", "all_tables", "disabled"] = "filtered"
+    # On a clean stop (SIGTERM/SIGINT, everything delivered and confirmed) drop the slot: Debezium's
+    # slot.drop.on.stop. The next start takes a new snapshot; changes in between are never captured.
+    drop_slot_on_stop: bool = False
 
     @field_validator("table_include", "table_exclude", mode="before")
     @classmethod

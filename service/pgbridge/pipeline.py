@@ -344,10 +344,12 @@ class Session:
         self._housekeeping(reply_requested=False)
 
     # -- tear-down ---------------------------------------------------------------------------------
-    def shutdown(self) -> None:
-        """Graceful stop: flush Kafka, confirm the last safe LSN, close."""
+    def shutdown(self) -> bool:
+        """Graceful stop: flush Kafka, confirm the last safe LSN, close. True when it drained: every
+        record acknowledged and confirmed, between two transactions (postgres.drop_slot_on_stop)."""
+        between = self.dispatcher is None or not self.dispatcher.in_transaction
         transactions = self.publisher.transactions
-        if transactions is not None and (self.dispatcher is None or not self.dispatcher.in_transaction):
+        if transactions is not None and between:
             transactions.commit()  # whole transactions only; a half one is aborted by close()
         remaining = self.publisher.flush(SHUTDOWN_FLUSH_S)
         if remaining:
@@ -356,8 +358,10 @@ class Session:
         try:
             self.publisher.raise_if_failed()
             self._housekeeping(reply_requested=False)
-            if self.stream is not None:
-                log.info("confirmed on shutdown", extra={"lsn": format_lsn(self.reporter.final(self.stream))})
+            if self.stream is None:
+                return False
+            log.info("confirmed on shutdown", extra={"lsn": format_lsn(self.reporter.final(self.stream))})
+            return remaining == 0 and between
         finally:
             self.close()
 
@@ -379,6 +383,19 @@ class Session:
         self.progress.close()
 
 
+def _stopped(settings: Settings, *, drained: bool) -> None:
+    """After a clean stop (SIGTERM/SIGINT): with ``postgres.drop_slot_on_stop``, drop the slot, but
+    only if everything read was delivered and confirmed; a crash or error exit never gets here."""
+    pg = settings.postgres
+    if not pg.drop_slot_on_stop:
+        return
+    if not drained:
+        log.warning("postgres.drop_slot_on_stop: slot kept, the stop did not drain (unacknowledged records or "
+                    "a transaction cut short); the next start resumes from it", extra={"slot": pg.slot})
+        return
+    slots.drop_slot_on_stop(pg.dsn.get_secret_value(), pg.slot, connect_timeout_s=pg.connect_timeout_s)
+
+
 class _StopRequested(Exception):
     """Raised out of a backpressure wait when a stop was requested."""
 
@@ -395,6 +412,11 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                         connect_timeout_s=settings.postgres.connect_timeout_s) if ha.leader_election else None
     identity = SlotIdentity()
     backoff = BACKOFF_INITIAL_S
+    if settings.postgres.drop_slot_on_stop:
+        log.warning("postgres.drop_slot_on_stop is on: a clean stop drops the replication slot, so the next start "
+                    "takes a new snapshot (as snapshot.mode says) and changes made between the stop and the "
+                    "restart are never captured", extra={"slot": settings.postgres.slot,
+                                                        "snapshot_mode": settings.snapshot.mode})
     try:
         while not stop.is_set():
             if lease is not None and not lease.held:
@@ -410,10 +432,10 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 backoff = BACKOFF_INITIAL_S
                 health.last_error = None
                 session.run()
-                session.shutdown()
+                _stopped(settings, drained=session.shutdown())
                 return
             except _StopRequested:
-                session.shutdown()
+                _stopped(settings, drained=session.shutdown())
                 return
             except SnapshotInterrupted:
                 log.info("stopped during the initial snapshot; the next start resumes it")

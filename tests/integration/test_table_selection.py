@@ -217,3 +217,32 @@ def test_check_names_each_selection_misconfiguration(pg_dsn: str, kafka_broker: 
                                PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*"))
     assert result.returncode == 2
     assert "postgres.tables and postgres.table_include" in result.stderr
+
+
+def test_drop_slot_on_stop_drops_it_after_sigterm_and_never_after_a_crash(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    _create_tables(pg_dsn, "public.kept")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
+        "PGBRIDGE_POSTGRES__TABLES": "public.kept", "PGBRIDGE_POSTGRES__DROP_SLOT_ON_STOP": "true"})
+    # when: a crash (kill -9) while streaming
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=90, interval=0.3,
+                   message=f"the bridge never started: {bridge.log()[-2000:]}")
+        assert "postgres.drop_slot_on_stop is on" in bridge.log()  # warned at start
+        _sql(pg_dsn, "INSERT INTO public.kept VALUES (100, 'before the crash')")
+        wait_caught_up(pg_dsn, topic_prefix, timeout=60)
+        bridge.kill()
+    # then: the slot is still there
+    assert _slot_exists(pg_dsn, topic_prefix)
+    # when: a restart resumes from it, streams a change, and stops cleanly
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: "replicating" in bridge.log(), timeout=90, interval=0.3,
+                   message=f"the bridge never resumed: {bridge.log()[-2000:]}")
+        _sql(pg_dsn, "INSERT INTO public.kept VALUES (101, 'before the stop')")
+        wait_caught_up(pg_dsn, topic_prefix, timeout=60)
+        assert bridge.terminate() == 0, bridge.log()
+        # then: the slot is gone, said in the log, and what was committed before the stop is in Kafka
+        assert not _slot_exists(pg_dsn, topic_prefix), bridge.log()
+        assert "replication slot dropped on stop" in bridge.log()
+    events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.kept", topic_prefix, min_count=ROWS + 2)
+    assert {100, 101} <= {e.value["after"]["id"] for e in events if e.value is not None}

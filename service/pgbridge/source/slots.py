@@ -102,6 +102,23 @@ def drop_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str, *, wait_s
         return True
 
 
+# After a clean stop the walsender that served us can take a moment to exit and release the slot.
+DROP_ON_STOP_WAIT_S: Final = 10.0
+
+
+def drop_slot_on_stop(dsn: str, slot: str, *, connect_timeout_s: float) -> None:
+    """``postgres.drop_slot_on_stop``: drop ``slot`` (and its pending snapshot slot) after a clean
+    stop, so the server retains no WAL for a pipeline that is gone; logged either way."""
+    with connect_sql(dsn, connect_timeout_s=connect_timeout_s) as conn:
+        dropped = drop_slot(conn, slot, wait_s=DROP_ON_STOP_WAIT_S)
+        drop_slot(conn, f"{slot}_snapshot"[:63])
+    if dropped:
+        log.warning("replication slot dropped on stop (postgres.drop_slot_on_stop): the next start takes a new "
+                    "snapshot as snapshot.mode says", extra={"slot": slot})
+    else:
+        log.info("replication slot already gone on stop", extra={"slot": slot})
+
+
 def copy_slot(conn: psycopg.Connection[tuple[object, ...]], source: str, target: str) -> None:
     conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (source, target))
 
