@@ -14,6 +14,8 @@ documents every rule and why.
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +57,8 @@ RULES: Final[Mapping[str, str]] = {
     "key-change": "a key-changing update: Debezium d + tombstone + c, pgbridge tombstone + u",
     "index-key": "REPLICA IDENTITY USING INDEX: Debezium keys by the primary key (a delete's is the type "
                  "default), pgbridge by the index",
+    "commit-position": "Debezium has no commit LSN: its source.sequence starts with the end of the previous "
+                       "commit record, between pgbridge's previous and own commit_lsn",
     "transaction-id": "transaction.id: pgbridge xid:commit_lsn (one id per transaction), Debezium xid:lsn of the event",
     "unchanged-toast": "unchanged TOAST: pgbridge null + unchanged_toast_columns, Debezium a placeholder string",
     "old-key-default": "old-key image: pgbridge null, Debezium the type's default in a NOT NULL column",
@@ -85,6 +89,7 @@ class Tally:
     documented: Counter[str] = field(default_factory=Counter)
     differences: list[str] = field(default_factory=list)
     key_changes: Counter[tuple[int, str]] = field(default_factory=Counter)  # (xid, table) → folds
+    commits: list[int] = field(default_factory=list)  # pgbridge's commit LSNs in order (transactions topic)
 
     def differ(self, where: str, what: str, ours: object, theirs: object) -> None:
         self.differences.append(f"{where}: {what}: pgbridge {ours!r} vs Debezium {theirs!r}")
@@ -196,8 +201,28 @@ def _compare_change(spec: TableSpec, where: str, ours: Mapping[str, Any], theirs
         tally.check(where, f"source.{field_name}", source[field_name], their_source[their_name])
     tally.check(where, "source.snapshot", str(source["snapshot"]).lower(), their_source["snapshot"])
     _compare_transaction(where, ours, theirs, tally)
+    _compare_commit_position(where, source["commit_lsn"], their_source["sequence"], tally)
     for image in ("before", "after"):
         _compare_image(spec, where, image, ours, theirs, tally)
+
+
+def _compare_commit_position(where: str, commit_lsn: int, sequence: str, tally: Tally) -> None:
+    """Debezium's events carry no commit LSN. ``source.sequence`` is ``[last commit, lsn]``, the
+    first being the end LSN of the commit record of the transaction before this one (null for the
+    first transaction after the connector started): it must lie after pgbridge's ``commit_lsn`` of
+    the previous transaction and not after this one's. That checks both systems agree on which
+    transaction precedes which, and on where each commits."""
+    previous_end = json.loads(sequence)[0]
+    index = bisect_left(tally.commits, commit_lsn)
+    if index == len(tally.commits) or tally.commits[index] != commit_lsn:
+        tally.differ(where, "commit_lsn not on the transactions topic", commit_lsn, sequence)
+    elif previous_end is None:  # Debezium's first transaction since it started: must be pgbridge's first
+        tally.check(where, "position of the first transaction", index, 0)
+    elif index == 0:
+        tally.differ(where, "a commit before pgbridge's first transaction", None, sequence)
+    else:
+        tally.expect("commit-position", tally.commits[index - 1] < int(previous_end) <= commit_lsn,
+                     f"{where} source.commit_lsn", (tally.commits[index - 1], commit_lsn), sequence)
 
 
 def _compare_transaction(where: str, ours: Mapping[str, Any], theirs: Mapping[str, Any], tally: Tally) -> None:
@@ -289,6 +314,11 @@ def compare_messages(ours: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping
             tally.expect("message-commit-time",
                          our["ts_us"] is None and our["transaction"] is None and their["transaction"] is None
                          and isinstance(source["ts_us"], int), f"{where} ts_us", our["ts_us"], source["ts_us"])
+
+
+def commit_lsns(boundaries: Sequence[Mapping[str, Any]]) -> list[int]:
+    """pgbridge's commit LSNs in publication order, from its transactions topic (for ``Tally.commits``)."""
+    return [b["commit_lsn"] for b in boundaries if b["status"] == "END"]
 
 
 MESSAGE_COLLECTION: Final = "io.debezium.connector.postgresql.LogicalDecodingMessageMonitor"

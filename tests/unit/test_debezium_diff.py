@@ -12,6 +12,7 @@ from tests.support import debezium_values as dv
 from tests.support.debezium_diff import PLACEHOLDER, TableSpec, Tally, compare_table, fold_debezium
 
 ROW = {"id": "int", "code": "text", "v": "text"}
+COMMITS = [700, 900]  # pgbridge's commit LSNs: the previous transaction, then the one of the events
 SPEC = TableSpec("t", ROW, ("id",), ("id",), ("id",), frozenset({"id", "code"}))
 
 
@@ -62,7 +63,7 @@ def _event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
            total_order: int = 1, theirs: bool = False) -> dict[str, Any]:
     source: dict[str, Any] = {"db": "db", "schema": "public", "table": "t", "lsn": lsn, "ts_us": 5, "origin": None}
     if theirs:
-        source |= {"txId": 7, "snapshot": "false"}
+        source |= {"txId": 7, "snapshot": "false", "sequence": f'["800","{lsn}"]'}
         tx = {"id": f"7:{lsn}", "total_order": total_order, "data_collection_order": total_order}
         return {"op": op, "before": before, "after": after, "source": source, "transaction": tx}
     source |= {"xid": 7, "commit_lsn": 900, "snapshot": False}
@@ -88,12 +89,12 @@ def test_equal_streams_pass_and_any_other_difference_is_reported() -> None:
     create = _event("c", None, {"id": 3, "code": "c", "v": None}, total_order=2, theirs=True)
     theirs = [({"id": 2}, _event("d", {"id": 2, "code": "", "v": None}, None, theirs=True)), ({"id": 2}, None),
               ({"id": 3}, create)]
-    tally = Tally()
+    tally = Tally(commits=COMMITS)
     compare_table(SPEC, ours, theirs, tally)
     assert tally.differences == []
-    assert tally.documented == {"key-change": 1, "transaction-id": 1, "old-key-default": 1}
+    assert tally.documented == {"key-change": 1, "transaction-id": 1, "old-key-default": 1, "commit-position": 1}
     create["after"]["v"] = "other"
-    tally = Tally()
+    tally = Tally(commits=COMMITS)
     compare_table(SPEC, ours, theirs, tally)
     assert tally.differences == ["t[1] after.v: value: pgbridge None vs Debezium 'other'"]
 
@@ -102,10 +103,21 @@ def test_a_documented_difference_must_show_exactly() -> None:
     ours = [({"id": 1}, _event("u", None, {"id": 1, "code": "a", "v": None}) | {"unchanged_toast_columns": ["v"]})]
     update = _event("u", None, {"id": 1, "code": "a", "v": PLACEHOLDER}, theirs=True)
     theirs = [({"id": 1}, update)]
-    tally = Tally()
+    tally = Tally(commits=COMMITS)
     compare_table(SPEC, ours, theirs, tally)
     assert tally.differences == [] and tally.documented["unchanged-toast"] == 1
     update["after"]["v"] = "the real value"
-    tally = Tally()
+    tally = Tally(commits=COMMITS)
     compare_table(SPEC, ours, theirs, tally)
     assert len(tally.differences) == 1 and "unchanged-toast" in tally.differences[0]
+
+
+def test_debezium_commit_position_must_lie_between_pgbridge_commits() -> None:
+    ours = [({"id": 1}, _event("c", None, {"id": 1, "code": "a", "v": None}))]
+    theirs = [({"id": 1}, _event("c", None, {"id": 1, "code": "a", "v": None}, theirs=True))]
+    tally = Tally(commits=COMMITS)
+    compare_table(SPEC, ours, theirs, tally)
+    assert tally.differences == [] and tally.documented["commit-position"] == 1
+    tally = Tally(commits=[850, 900])  # the previous commit ends at 800 in Debezium: before pgbridge's 850
+    compare_table(SPEC, ours, theirs, tally)
+    assert len(tally.differences) == 1 and "commit-position" in tally.differences[0]
