@@ -10,7 +10,6 @@ then every event must be equal, except the intended differences, which are asser
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +164,8 @@ def slot_active(dsn: str, slot: str) -> bool:
     return bool(row and row[0])
 
 
-def test_pgbridge_publishes_what_debezium_publishes(pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+def test_pgbridge_publishes_what_debezium_publishes(pg_dsn: str, kafka_broker: Broker, topic_prefix: str,
+                                                   tmp_path: Path) -> None:
     # given: the schema, a publication per system, both systems streaming from their own slot
     ours, theirs = topic_prefix, f"{topic_prefix}_dbz"
     tables = ",".join(f"public.{t}" for t in WORKLOAD_TABLES)
@@ -175,7 +175,7 @@ def test_pgbridge_publishes_what_debezium_publishes(pg_dsn: str, kafka_broker: B
     bootstrap = kafka_broker.bootstrap
     env = bridge_env(pg_dsn, bootstrap, ours, extra={"PGBRIDGE_POSTGRES__TABLES": tables,
                                                       "PGBRIDGE_SNAPSHOT__MODE": "never"})
-    work = Path(tempfile.mkdtemp(prefix="debezium-diff-"))
+    work = tmp_path / "connect"
     worker = ConnectWorker(work, worker_properties(bootstrap, work), debezium_connector(pg_dsn, theirs, theirs))
     with BridgeProcess(env).start() as bridge, worker:
         worker.start()
