@@ -10,13 +10,13 @@ from confluent_kafka.admin import AdminClient
 from pgbridge.config import PostgresConfig, Settings
 from pgbridge.encode.columns import table_problem
 from pgbridge.encode.types import codec_for
-from pgbridge.errors import PgbridgeError
+from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
 from pgbridge.source.identifiers import quote_ident, table_name
-from pgbridge.source.keys import usable_key
+from pgbridge.source.keys import NULLABLE_HINT, message_key, nullable_columns, nullable_message, usable_key
 from pgbridge.source.monitor import read_slot
 from pgbridge.source.publication import (
     MODE_ALL_TABLES,
@@ -108,6 +108,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         if pg.binary:
             problems.extend(_binary_problems(conn, catalog, str(schema), str(name),
                                              pg.publication if publication_exists else None))
+    problems.extend(_message_key_problems(conn, settings, [(str(a), str(b)) for a, b in tables]))
     info = slots.slot_info(conn, pg.slot)
     database = conn.info.dbname
     if info is not None:
@@ -400,7 +401,30 @@ def _column_problems(conn: psycopg.Connection[tuple[object, ...]], settings: Set
     if not rules:
         return []
     relation = slots.relation_from_catalog(conn, schema, name, settings.postgres.publication)
-    keys = usable_key(slots.key_columns(conn, relation.rel_id), relation)
+    configured = settings.kafka.message_keys.get((schema, name))
+    keys = configured if configured else usable_key(slots.key_columns(conn, relation.rel_id), relation)
     problem = table_problem(relation, rules, keys,
                             lambda c: codec_for(c.type_oid, c.type_modifier, None, catalog))
     return [] if problem is None else [Problem("error", *problem)]
+
+
+def _message_key_problems(conn: psycopg.Connection[tuple[object, ...]], settings: Settings,
+                          tables: list[tuple[str, str]]) -> list[Problem]:
+    """``kafka.message_key_columns`` entries ``run`` would refuse (source/keys.py, the same rule): a
+    table not captured, a column it lacks, a column outside its replica identity."""
+    problems: list[Problem] = []
+    for (schema, name), columns in settings.kafka.message_keys.items():
+        if (schema, name) not in tables:
+            problems.append(Problem("error", f"kafka.message_key_columns names {table_name(schema, name)}, which "
+                                    "is not captured", "publish the table or remove its entry"))
+            continue
+        relation = slots.relation_from_catalog(conn, schema, name, settings.postgres.publication)
+        try:
+            message_key(columns, relation)
+        except ConfigError as exc:
+            problems.append(Problem("error", str(exc), exc.hint or "fix kafka.message_key_columns"))
+            continue
+        nullable = nullable_columns(conn, relation.rel_id, columns)
+        if nullable:
+            problems.append(Problem("error", nullable_message(schema, name, nullable), NULLABLE_HINT))
+    return problems

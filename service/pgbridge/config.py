@@ -38,6 +38,7 @@ from pgbridge.encode.columns import ColumnRules
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.errors import ConfigError
 from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
+from pgbridge.source.keys import MessageKeys
 from pgbridge.source.selection import TableSelection, compile_patterns, split_patterns
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout
@@ -196,6 +197,9 @@ class KafkaConfig(_Section):
     transaction_max_ms: int = Field(default=500, ge=1)  # gather Postgres transactions this long ...
     transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)  # ... or this many bytes
     transaction_timeout_ms: int = Field(default=600_000, ge=10_000)  # the producer's transaction.timeout.ms
+    # Kafka key columns per table instead of the primary key / replica identity (docs/columns.md,
+    # source/keys.py; Debezium's message.key.columns): "schema.table" (SQL-quoted) → column names.
+    message_key_columns: dict[str, list[str]] = Field(default_factory=dict)
     # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.
     properties: dict[str, SecretStr] = Field(default_factory=dict)
     # A record Kafka refuses as too large (producer message.max.bytes, topic max.message.bytes):
@@ -221,6 +225,22 @@ class KafkaConfig(_Section):
         if not value:
             raise ValueError("must not be empty")
         return value
+
+    @field_validator("message_key_columns")
+    @classmethod
+    def _message_keys(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Tables in canonical SQL form (as ``postgres.tables``); each with distinct, non-empty columns."""
+        out: dict[str, list[str]] = {}
+        for table, columns in value.items():
+            if not columns or any(not c for c in columns) or len(set(columns)) != len(columns):
+                raise ValueError(f"{table}: list its key columns, each once (names as the catalog has them)")
+            out[normalize_table(table)] = columns  # IdentifierError is a ValueError
+        return out
+
+    @property
+    def message_keys(self) -> MessageKeys:
+        """``message_key_columns`` by ``(schema, table)`` as the catalog has them."""
+        return {parse_table(table): tuple(columns) for table, columns in self.message_key_columns.items()}
 
 
 class SchemaRegistryConfig(_Section):

@@ -141,7 +141,8 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             registrar = registry = ConfluentRegistrar.connect(settings.schema_registry)
         else:
             registrar = SingleObjectRegistrar(schema_announcer(publisher, prefix))
-        keys = KeyColumns(sql)
+        keys = KeyColumns(sql, settings.kafka.message_keys)
+        keys.check_configured(pg.publication)
         encoder = encoder_for(settings.columns.rules())(
             topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),

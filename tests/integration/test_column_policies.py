@@ -131,3 +131,64 @@ def test_an_excluded_key_column_or_a_truncated_non_text_column_is_refused_at_sta
     report = _check({**env, "PGBRIDGE_COLUMNS__EXCLUDE": "[]"})
     assert any("columns.truncate matches public.accounts.opened of type date" in line
                for line in report.stdout.splitlines()), report.stdout
+
+
+def test_message_key_columns_key_every_record_of_the_table_by_the_configured_columns(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: a table keyed in Kafka by tenant instead of its primary key (REPLICA IDENTITY FULL)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, tenant int NOT NULL, note text)")
+        conn.execute("ALTER TABLE orders REPLICA IDENTITY FULL")
+        conn.execute("INSERT INTO orders VALUES (1, 10, 'a')")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
+        "PGBRIDGE_POSTGRES__TABLES": "public.orders",
+        "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps({"public.orders": ["tenant"]})})
+    topic = f"{topic_prefix}.public.orders"
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: len(read_topic(kafka_broker.bootstrap, topic, timeout=2, idle=0.5)) >= 1, timeout=120,
+                   interval=0.5, message=f"no snapshot row: {bridge.log()[-2000:]}")
+        # when: an insert, an update moving a row to another tenant, a delete
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO orders VALUES (2, 20, 'b')")
+            conn.execute("UPDATE orders SET tenant = 30 WHERE id = 2")
+            conn.execute("DELETE FROM orders WHERE id = 1")
+        wait_caught_up(pg_dsn, topic_prefix, timeout=90)
+        records = read_topic(kafka_broker.bootstrap, topic, min_count=6, timeout=60)
+        assert bridge.terminate() == 0, bridge.log()
+    # then: keys are {"tenant": ...}; the update tombstones the old tenant key first
+    store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+    decoded = [(store.decode(r.key), (store.decode(r.value) or {}).get("op")) for r in records]
+    assert decoded == [({"tenant": 10}, "r"), ({"tenant": 20}, "c"), ({"tenant": 20}, None),
+                       ({"tenant": 30}, "u"), ({"tenant": 10}, "d"), ({"tenant": 10}, None)]
+    key_schema = store.schema(store.fingerprint_of(records[0].key or b""))
+    assert [(f["name"], f["type"]) for f in key_schema["fields"]] == [("tenant", "int")]
+
+
+def test_message_key_columns_the_replica_identity_cannot_supply_are_refused_at_start_and_by_check(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, tenant int NOT NULL, region text)")
+    cases = [
+        ({"public.orders": ["tenant"]}, "public.orders's replica identity does not include tenant"),
+        ({"public.orders": ["nope"]}, "public.orders has no published column nope"),
+        ({"public.orders": ["id", "region"]}, "public.orders's replica identity does not include region"),
+    ]
+    for keys, message in cases:
+        env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
+            "PGBRIDGE_POSTGRES__TABLES": "public.orders", "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps(keys)})
+        report = _check(env)
+        assert report.returncode == 1 and any(message in line and "fix:" in line
+                                              for line in report.stdout.splitlines()), report.stdout
+        bridge = BridgeProcess(env).start()
+        with bridge:
+            assert bridge.process is not None
+            code = bridge.process.wait(timeout=120)
+        assert code == 2 and message in bridge.log(), bridge.log()[-2000:]
+    # REPLICA IDENTITY FULL supplies any column, but a nullable one cannot be a key field
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE orders REPLICA IDENTITY FULL")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
+        "PGBRIDGE_POSTGRES__TABLES": "public.orders",
+        "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps({"public.orders": ["region"]})})
+    report = _check(env)
+    assert any("public.orders.region may be null" in line for line in report.stdout.splitlines()), report.stdout
