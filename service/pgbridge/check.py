@@ -13,6 +13,7 @@ from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
+from pgbridge.snapshot.filters import filter_problems
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
 from pgbridge.source.identifiers import quote_ident, table_name
@@ -109,6 +110,9 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
             problems.extend(_binary_problems(conn, catalog, str(schema), str(name),
                                              pg.publication if publication_exists else None))
     problems.extend(_message_key_problems(conn, settings, [(str(a), str(b)) for a, b in tables]))
+    if publication_exists:
+        problems.extend(Problem("error", problem, fix) for problem, fix in
+                        filter_problems(conn, pg.publication, settings.snapshot.filters, pg.stream_filter))
     info = slots.slot_info(conn, pg.slot)
     database = conn.info.dbname
     if info is not None:

@@ -275,11 +275,34 @@ DEFAULT_PUBLICATION_CHECK_S: Final = 10.0
 
 
 class SnapshotConfig(_Section):
-    mode: Literal["initial", "never"] = "initial"
+    # What happens at start-up (docs/snapshots.md, snapshot/modes.py): "initial" snapshots when the
+    # slot is created; "initial_only" does that and exits 0 without streaming; "when_needed" also
+    # starts over from an invalidated slot; "no_data" publishes topics and schemas but no rows;
+    # "never" only creates the slot.
+    mode: Literal["initial", "initial_only", "when_needed", "no_data", "never"] = "initial"
     chunk_rows: int = Field(default=DEFAULT_SNAPSHOT_CHUNK_ROWS, ge=1)
     workers: int = Field(default=DEFAULT_SNAPSHOT_WORKERS, ge=1, le=64)
     signal_prefix: str = Field(default=DEFAULT_SIGNAL_PREFIX, min_length=1)
     publication_check_s: float = Field(default=DEFAULT_PUBLICATION_CHECK_S, gt=0)
+    # Per table ("schema.table": "<SQL boolean condition>"), the rows the initial and incremental
+    # snapshots read (snapshot/filters.py); streaming is not filtered. Keys are kept canonical.
+    filters: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("filters")
+    @classmethod
+    def _filter_tables(cls, value: dict[str, str]) -> dict[str, str]:
+        canonical: dict[str, str] = {}
+        for table, condition in value.items():
+            try:
+                name = normalize_table(table)
+            except ValueError as exc:
+                raise ValueError(f"table {table!r}: {exc}") from None
+            if not condition.strip():
+                raise ValueError(f"the condition of {name} is empty (remove the entry to snapshot every row)")
+            if name in canonical:
+                raise ValueError(f"{name} is named twice")
+            canonical[name] = condition.strip()
+        return canonical
 
 
 class ToastConfig(_Section):

@@ -28,6 +28,7 @@ KAFKA_QUEUE_DEPTH: Final = "pgbridge_kafka_queue_depth"
 RECONNECTS_TOTAL: Final = "pgbridge_reconnects_total"
 SNAPSHOT_ROWS_TOTAL: Final = "pgbridge_snapshot_rows_total"
 SNAPSHOT_ROWS_ESTIMATE: Final = "pgbridge_snapshot_rows_estimate"
+SNAPSHOT_PAUSED: Final = "pgbridge_incremental_snapshot_paused"
 STREAMING: Final = "pgbridge_streaming"
 TOAST_CACHE_HITS_TOTAL: Final = "pgbridge_toast_cache_hits_total"
 TOAST_CACHE_MISSES_TOTAL: Final = "pgbridge_toast_cache_misses_total"
@@ -108,6 +109,8 @@ class Metrics:
                                      registry=r)
         self.snapshot_rows_estimate = Gauge(SNAPSHOT_ROWS_ESTIMATE, "Estimated rows to snapshot",
                                             [LABEL_TABLE], registry=r)
+        self.snapshot_paused = Gauge(SNAPSHOT_PAUSED, "1 while a pause-snapshot signal holds incremental snapshots",
+                                     registry=r)
         self.streaming = Gauge(STREAMING, "1 while streaming with Postgres and Kafka reachable",
                                registry=r)
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lock (active), 0 on a standby",

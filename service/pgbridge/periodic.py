@@ -29,6 +29,7 @@ from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
+from pgbridge.snapshot.modes import snapshots_added_tables
 from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.keys import KeyColumns
@@ -112,7 +113,7 @@ class SnapshotTick:
             self._next_publication_check = now + self._settings.snapshot.publication_check_s
             pg = self._settings.postgres
             published = table_names(slots.published_tables(self._sql, pg.publication, pg.stream_filter))
-            snap.check_publication(published, snapshot_new=self._settings.snapshot.mode == "initial")
+            snap.check_publication(published, snapshot_new=snapshots_added_tables(self._settings.snapshot.mode))
         if snap.busy:
             snap.tick(self._encode_row, self._keys)
 

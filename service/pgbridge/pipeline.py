@@ -35,6 +35,7 @@ from pgbridge.ack.tracker import AckTracker
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import Settings, ToastConfig, TypesConfig
+from pgbridge.decode.messages import Relation
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
 from pgbridge.encode.columns import PolicyEncoder, encoder_for
@@ -56,8 +57,10 @@ from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.snapshot_sink import SnapshotSink
+from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
+from pgbridge.snapshot.modes import SnapshotOnlyFinished, StartAction, announce_tables, decide_start
 from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
@@ -195,11 +198,13 @@ class Session:
     def open(self) -> None:
         pg = self.settings.postgres
         conn = self.conn = open_session(self.settings, self.assembler, self.publisher, self.metrics)
+        validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, pg.stream_filter)
         records = self.progress.load()
         snapshotter = self.incremental = IncrementalSnapshotter(
             dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
             chunk_rows=self.settings.snapshot.chunk_rows, signal_prefix=self.settings.snapshot.signal_prefix,
-            progress=self.progress, metrics=self.metrics, connect_timeout_s=pg.connect_timeout_s)
+            progress=self.progress, metrics=self.metrics, connect_timeout_s=pg.connect_timeout_s,
+            filters=self.settings.snapshot.filters)
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
@@ -230,11 +235,21 @@ class Session:
 
     def _prepare_slot(self, conn: Connections, dispatcher: Dispatcher, records: dict[str, dict[str, Any]]) -> None:
         """An existing slot is checked (ours, not in use, not moved by someone else); a missing one is
-        created, through the initial snapshot (snapshot/initial.py) with snapshot.mode=initial."""
+        created as ``snapshot.mode`` says (snapshot/modes.py decides, snapshot/initial.py snapshots)."""
         assert self.incremental is not None
         pg = self.settings.postgres
+        mode = self.settings.snapshot.mode
         pending = f"{pg.slot}_snapshot"[:63]
         info = slots.slot_info(conn.sql, pg.slot)
+        action = decide_start(mode, slot_exists=info is not None,
+                              wal_status=None if info is None else info.wal_status)
+        if info is not None and action is StartAction.RECREATE_AND_SNAPSHOT:
+            log.warning("replication slot was invalidated (the WAL it needs was removed); snapshot.mode="
+                        "when_needed drops it and takes a new initial snapshot",
+                        extra={"slot": pg.slot, "wal_status": info.wal_status,
+                               "restart_lsn": None if info.restart_lsn is None else format_lsn(info.restart_lsn)})
+            slots.drop_slot(conn.sql, pg.slot)
+            info = None
         if info is not None:
             slots.validate_slot(info, database=conn.database)
             if info.active:
@@ -243,14 +258,21 @@ class Session:
             self.identity.verify_on_open(pg.slot, info.confirmed_flush_lsn)
             if slots.slot_info(conn.sql, pending) is not None:
                 slots.drop_slot(conn.sql, pending)
+            if action is StartAction.EXIT:
+                raise SnapshotOnlyFinished(f"replication slot {pg.slot} exists, so its initial snapshot was taken "
+                                           "before; snapshot.mode=initial_only has nothing to do")
             return
         self.identity.missing(pg.slot)
-        if self.settings.snapshot.mode == "never":
+        if action in (StartAction.CREATE, StartAction.CREATE_WITH_SCHEMAS):
             if slots.slot_info(conn.sql, pending) is not None:
                 slots.drop_slot(conn.sql, pending)
             created = conn.repl.create_slot(pg.slot, two_phase=pg.two_phase, export_snapshot=False)
             log.info("slot created", extra={"slot": created.name,
                                             "consistent_point": format_lsn(created.consistent_point)})
+            if action is StartAction.CREATE_WITH_SCHEMAS:
+                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, pg.stream_filter)
+                log.info("snapshot.mode=no_data: topics and writer schemas published, no rows",
+                         extra={"topics": topics})
             self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,
                                                                                  pg.stream_filter)))
             return
@@ -262,6 +284,23 @@ class Session:
             metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
             selection=pg.stream_filter)
         self.incremental.set_known_tables(tables)
+        if mode == "initial_only":
+            created_slot = slots.slot_info(conn.sql, pg.slot)
+            point = None if created_slot is None or created_slot.confirmed_flush_lsn is None \
+                else format_lsn(created_slot.confirmed_flush_lsn)
+            raise SnapshotOnlyFinished(f"initial snapshot of {len(tables)} tables complete; slot {pg.slot} kept at "
+                                       f"its consistent point {point}: start with another snapshot.mode to stream "
+                                       "from there")
+
+    def _prepare_topic(self, relation: Relation) -> str:
+        """``no_data``: the table's topic exists and its writer schemas are published (compiling the
+        encoder's plan registers them, exactly as the first row would)."""
+        assert self.conn is not None
+        encoder = self.conn.encoder
+        topic = encoder.topic_for(relation)
+        self.publisher.topics.ensure(topic)
+        encoder.table_of(relation)
+        return topic
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -440,6 +479,10 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 return
             except SnapshotInterrupted:
                 log.info("stopped during the initial snapshot; the next start resumes it")
+                session.close()
+                return
+            except SnapshotOnlyFinished as exc:
+                log.info("snapshot.mode=initial_only: stopping without streaming", extra={"reason": str(exc)})
                 session.close()
                 return
             except LeadershipLost as exc:

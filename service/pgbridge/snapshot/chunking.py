@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgbridge.decode.messages import Relation
+from pgbridge.snapshot.filters import with_filter
 
 CHUNK_BY_KEY: Final = "key"
 CHUNK_BY_CTID: Final = "ctid"
@@ -132,24 +133,27 @@ def chunk_condition(plan: TablePlan, chunk: Chunk) -> sql.Composable:
     return sql.SQL(" AND ").join(parts)
 
 
-def chunk_copy_query(plan: TablePlan, relation: Relation, chunk: Chunk) -> sql.Composed:
-    """``COPY (SELECT <published columns> FROM t WHERE <chunk>) TO STDOUT`` in text format."""
+def chunk_copy_query(plan: TablePlan, relation: Relation, chunk: Chunk, row_filter: str | None = None) -> sql.Composed:
+    """``COPY (SELECT <published columns> FROM t WHERE <chunk> [AND (<row_filter>)]) TO STDOUT`` in
+    text format (``row_filter``: the table's ``snapshot.filters`` condition, snapshot/filters.py)."""
     columns = sql.SQL(", ").join(sql.Identifier(column.name) for column in relation.columns)
     return sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
-        columns, sql.Identifier(plan.schema, plan.name), chunk_condition(plan, chunk))
+        columns, sql.Identifier(plan.schema, plan.name), with_filter(chunk_condition(plan, chunk), row_filter))
 
 
 def next_rows_copy_query(plan: TablePlan, relation: Relation, after: tuple[str, ...] | None,
-                         limit: int, upper: tuple[str, ...] | None = None) -> sql.Composed:
+                         limit: int, upper: tuple[str, ...] | None = None,
+                         row_filter: str | None = None) -> sql.Composed:
     """Keyset pagination for incremental snapshots: the first ``limit`` rows with key > ``after``
     (and ``<= upper`` when given: the table's largest key when the snapshot started), in key order.
     Key columns are appended after the published columns so the caller can always read the key
-    back, even when a column list leaves a key column out of the publication."""
+    back, even when a column list leaves a key column out of the publication. ``row_filter`` (the
+    table's ``snapshot.filters`` condition) only thins the pages: the cursor still moves by key."""
     assert plan.kind == CHUNK_BY_KEY
     columns = sql.SQL(", ").join([*(sql.Identifier(column.name) for column in relation.columns),
                                   *(sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(f"pgbridge_key_{i}"))
                                     for i, c in enumerate(plan.key_columns))])
-    condition = chunk_condition(plan, Chunk(plan.table, 0, after, upper))
+    condition = with_filter(chunk_condition(plan, Chunk(plan.table, 0, after, upper)), row_filter)
     return sql.SQL("COPY (SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}) TO STDOUT").format(
         columns, sql.Identifier(plan.schema, plan.name), condition,
         sql.SQL(", ").join(sql.Identifier(c) for c in plan.key_columns), sql.Literal(limit))

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -60,6 +60,11 @@ from pgbridge.source.identifiers import IdentifierError, normalize_table, parse_
 log = logging.getLogger(__name__)
 
 SIGNAL_EXECUTE_SNAPSHOT: Final = "execute-snapshot"
+# Debezium's incremental-snapshot controls: stop (listed tables, or all), pause, resume.
+SIGNAL_STOP_SNAPSHOT: Final = "stop-snapshot"
+SIGNAL_PAUSE_SNAPSHOT: Final = "pause-snapshot"
+SIGNAL_RESUME_SNAPSHOT: Final = "resume-snapshot"
+SIGNAL_TYPES: Final = (SIGNAL_EXECUTE_SNAPSHOT, SIGNAL_STOP_SNAPSHOT, SIGNAL_PAUSE_SNAPSHOT, SIGNAL_RESUME_SNAPSHOT)
 WATERMARK_LOW: Final = "low"
 WATERMARK_HIGH: Final = "high"
 PROGRESS_EVERY_S: Final = 10.0
@@ -75,8 +80,11 @@ def watermark_prefix(signal_prefix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotSignal:
+    """One operator signal. ``tables`` is empty for pause and resume, and for a stop of every table."""
+
     tables: tuple[str, ...]
     slot: str | None
+    kind: str = SIGNAL_EXECUTE_SNAPSHOT
 
 
 # A signal is a short JSON object naming tables; anything far larger is a mistake or an attack,
@@ -87,7 +95,7 @@ MAX_SIGNAL_TABLES: Final = 1000
 
 
 def read_signal(content: bytes) -> SnapshotSignal | str:
-    """An ``execute-snapshot`` signal, or why ``content`` is not one (a sentence for the log).
+    """A signal (``SIGNAL_TYPES``), or why ``content`` is not one (a sentence for the log).
 
     Never raises: a signal is operator input arriving inside the replication stream, and a bad one
     must not stop the stream (nor be acted on)."""
@@ -103,24 +111,42 @@ def read_signal(content: bytes) -> SnapshotSignal | str:
     if not isinstance(data, dict):
         return f"a signal that is a JSON {type(data).__name__}, not an object"
     kind = data.get("type")
-    if kind != SIGNAL_EXECUTE_SNAPSHOT:
-        return f"a signal of unknown type {str(kind)[:100]!r} (expected {SIGNAL_EXECUTE_SNAPSHOT!r})"
+    if not isinstance(kind, str) or kind not in SIGNAL_TYPES:
+        return f"a signal of unknown type {str(kind)[:100]!r} (expected one of {', '.join(SIGNAL_TYPES)})"
+    names: tuple[str, ...] = ()
+    if kind in (SIGNAL_EXECUTE_SNAPSHOT, SIGNAL_STOP_SNAPSHOT):
+        tables = _signal_tables(data, required=kind == SIGNAL_EXECUTE_SNAPSHOT)
+        if isinstance(tables, str):
+            return f"{_a_signal(kind)} {tables}"
+        names = tables
+    slot = data.get("slot")
+    if slot is not None and not isinstance(slot, str):
+        return f"{_a_signal(kind)} whose \"slot\" is a JSON {type(slot).__name__}, not a string"
+    return SnapshotSignal(names, slot, kind)
+
+
+def _a_signal(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} signal"
+
+
+def _signal_tables(data: dict[str, Any], *, required: bool) -> tuple[str, ...] | str:
+    """The canonical tables of a signal (``tables``, or Debezium's ``data.data-collections``), or
+    what is wrong with them. Optional for a stop (none: every table)."""
     tables = data.get("tables")
     nested = data.get("data")
     if tables is None and isinstance(nested, dict):
         tables = nested.get("data-collections")
-    if not isinstance(tables, list) or not tables or not all(isinstance(t, str) for t in tables):
-        return "an execute-snapshot signal without a non-empty \"tables\" list of schema.table names"
+    if tables is None and not required and (nested is None or isinstance(nested, dict)):
+        return ()
+    if not isinstance(tables, list) or (required and not tables) or not all(isinstance(t, str) for t in tables):
+        return "without a non-empty \"tables\" list of schema.table names" if required else \
+            "whose \"tables\" is not a list of schema.table names"
     if len(tables) > MAX_SIGNAL_TABLES:
-        return f"an execute-snapshot signal naming {len(tables):,} tables (at most {MAX_SIGNAL_TABLES:,})"
+        return f"naming {len(tables):,} tables (at most {MAX_SIGNAL_TABLES:,})"
     try:
-        names = tuple(normalize_table(t) for t in tables)
+        return tuple(normalize_table(t) for t in tables)
     except IdentifierError as exc:
-        return f"an execute-snapshot signal with a malformed table name ({str(exc)[:200]})"
-    slot = data.get("slot")
-    if slot is not None and not isinstance(slot, str):
-        return f"an execute-snapshot signal whose \"slot\" is a JSON {type(slot).__name__}, not a string"
-    return SnapshotSignal(names, slot)
+        return f"with a malformed table name ({str(exc)[:200]})"
 
 
 def parse_signal(content: bytes) -> SnapshotSignal | None:
@@ -147,14 +173,17 @@ def parse_watermark(content: bytes) -> tuple[str, str] | None:
 
 @dataclass(slots=True)
 class IncrementalState:
-    """What survives a restart: the table queue, the cursor in its head, the last signal acted on."""
+    """What survives a restart: the table queue, the cursor in its head, the last signal acted on,
+    and whether a pause-snapshot signal holds the queue (a restart does not resume it: only a
+    resume-snapshot signal does, so an operator's pause is never lifted behind their back)."""
 
     queue: list[str] = field(default_factory=list)
     after: list[str] | None = None
     signal_lsn: int = 0
+    paused: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"queue": self.queue, "after": self.after, "signal_lsn": self.signal_lsn}
+        return {"queue": self.queue, "after": self.after, "signal_lsn": self.signal_lsn, "paused": self.paused}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> IncrementalState:
@@ -162,7 +191,7 @@ class IncrementalState:
             return cls()
         after = data.get("after")
         return cls(list(data.get("queue", [])), None if after is None else [str(v) for v in after],
-                   int(data.get("signal_lsn", 0)))
+                   int(data.get("signal_lsn", 0)), bool(data.get("paused", False)))
 
 
 @dataclass(slots=True)
@@ -184,8 +213,10 @@ class IncrementalSnapshotter:
     """Drives incremental snapshots from the pipeline's main thread (no threads of its own)."""
 
     def __init__(self, *, dsn: str, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
-                 progress: ProgressStore, metrics: Metrics, connect_timeout_s: float) -> None:
+                 progress: ProgressStore, metrics: Metrics, connect_timeout_s: float,
+                 filters: Mapping[str, str] | None = None) -> None:
         self._dsn = dsn
+        self._filters = dict(filters or {})  # snapshot.filters by canonical table name
         self.slot = slot
         self.publication = publication
         self.chunk_rows = chunk_rows
@@ -210,7 +241,11 @@ class IncrementalSnapshotter:
         self.state = IncrementalState.from_json(records.get(incremental_key(self.slot)))
         known = records.get(tables_key(self.slot))
         self.known_tables = None if known is None else set(known.get("tables", []))
-        if self.state.queue:
+        self._metrics.snapshot_paused.set(1 if self.state.paused else 0)
+        if self.state.paused:
+            log.warning("incremental snapshots are paused (a pause-snapshot signal); send resume-snapshot "
+                        "to continue", extra={"tables": self.state.queue, "after": self.state.after})
+        elif self.state.queue:
             log.info("resuming incremental snapshot", extra={"tables": self.state.queue,
                                                              "after": self.state.after})
 
@@ -242,10 +277,39 @@ class IncrementalSnapshotter:
             return
         if signal.slot is not None and signal.slot != self.slot:
             return
-        log.info("incremental snapshot requested", extra={"tables": list(signal.tables), "lsn": format_lsn(lsn)})
         self.state.signal_lsn = int(lsn)
-        self._enqueue(signal.tables)
+        if signal.kind == SIGNAL_EXECUTE_SNAPSHOT:
+            log.info("incremental snapshot requested", extra={"tables": list(signal.tables), "lsn": format_lsn(lsn),
+                                                              "paused": self.state.paused})
+            self._enqueue(signal.tables)
+        elif signal.kind == SIGNAL_STOP_SNAPSHOT:
+            self._stop(signal.tables, lsn)
+        else:
+            self._set_paused(signal.kind == SIGNAL_PAUSE_SNAPSHOT, lsn)
         self._persist(sync=True)
+
+    def _stop(self, tables: tuple[str, ...], lsn: Lsn) -> None:
+        """Take ``tables`` (all when empty) off the queue. A chunk of the head table between its
+        watermarks is abandoned; rows already produced stay (they are correct ``op=r`` records)."""
+        stopped = [t for t in self.state.queue if not tables or t in tables]
+        head = self.state.queue[0] if self.state.queue else None
+        self.state.queue = [t for t in self.state.queue if t not in stopped]
+        if head is not None and head in stopped:
+            self.state.after = None
+            self._pending = None
+            self.window_table = None
+        for table in stopped:
+            self._plans.pop(table, None)
+            self._table_rows.pop(table, None)
+        log.info("incremental snapshot stopped", extra={"tables": stopped, "requested": list(tables) or "all",
+                                                        "remaining": self.state.queue, "lsn": format_lsn(lsn)})
+
+    def _set_paused(self, paused: bool, lsn: Lsn) -> None:
+        """Pause: no new chunk is read (one between its watermarks completes). Resume: go on."""
+        self.state.paused = paused
+        self._metrics.snapshot_paused.set(1 if paused else 0)
+        log.info("incremental snapshot paused" if paused else "incremental snapshot resumed",
+                 extra={"tables": self.state.queue, "after": self.state.after, "lsn": format_lsn(lsn)})
 
     def check_publication(self, published: Iterable[str], *, snapshot_new: bool) -> None:
         """Compare the publication with the tables known to be snapshotted; queue the new ones."""
@@ -314,7 +378,7 @@ class IncrementalSnapshotter:
                 return
             self._chunk_done(pending)
             self._pending = None
-        if not self.state.queue:
+        if not self.state.queue or self.state.paused:
             return
         table = self.state.queue[0]
         entry = self._plan(table, key_columns)
@@ -404,7 +468,8 @@ class IncrementalSnapshotter:
         conn = self._connection()
         token = uuid.uuid4().hex
         after = None if self.state.after is None else tuple(self.state.after)
-        query = next_rows_copy_query(plan, relation, after, self.chunk_rows, plan.chunks[0].upper)
+        query = next_rows_copy_query(plan, relation, after, self.chunk_rows, plan.chunks[0].upper,
+                                     self._filters.get(table))
         width = len(relation.columns)
         rows: list[tuple[TupleData, list[str]]] = []
         try:
@@ -446,7 +511,11 @@ def table_names(tables: Iterable[tuple[str, str]]) -> list[str]:
     return [table_name(schema, name) for schema, name in tables]
 
 
-def emit_signal_sql(tables: Iterable[str], prefix: str = "pgbridge.signal") -> sql.Composed:
-    """The operator's command, as documented: useful in tests and the CLI."""
-    content = json.dumps({"type": SIGNAL_EXECUTE_SNAPSHOT, "tables": list(tables)})
+def emit_signal_sql(tables: Iterable[str], prefix: str = "pgbridge.signal",
+                    kind: str = SIGNAL_EXECUTE_SNAPSHOT) -> sql.Composed:
+    """The operator's command, as documented: useful in tests and the CLI. Pause and resume carry no
+    tables; a stop without tables stops every table."""
+    names = list(tables)
+    content = json.dumps({"type": kind, "tables": names} if names or kind == SIGNAL_EXECUTE_SNAPSHOT
+                         else {"type": kind})
     return sql.SQL("SELECT pg_logical_emit_message(true, {}, {})").format(sql.Literal(prefix), sql.Literal(content))

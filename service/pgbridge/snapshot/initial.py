@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -145,6 +145,7 @@ class ChunkSink(Protocol):
 class SnapshotTable:
     plan: TablePlan
     relation: Relation
+    row_filter: str | None = None  # the table's snapshot.filters condition (snapshot/filters.py)
 
 
 def connect_snapshot(dsn: str, snapshot_name: str | None, *, connect_timeout_s: float) -> ConnT:
@@ -174,8 +175,9 @@ def new_exported_snapshot(dsn: str, *, connect_timeout_s: float) -> tuple[ConnT,
 
 
 def plan_tables(conn: ConnT, tables: list[tuple[str, str]], publication: str, chunk_rows: int,
-                metrics: Metrics) -> list[SnapshotTable]:
-    """Relations and chunk plans of ``tables``, on a connection already in the snapshot."""
+                metrics: Metrics, filters: Mapping[str, str] | None = None) -> list[SnapshotTable]:
+    """Relations and chunk plans of ``tables``, on a connection already in the snapshot. Chunks
+    cover every row; a table's filter (``filters``, by canonical name) thins each chunk's read."""
     planned = []
     for schema, table in tables:
         relation = slots.relation_from_catalog(conn, schema, table, publication)
@@ -184,17 +186,19 @@ def plan_tables(conn: ConnT, tables: list[tuple[str, str]], publication: str, ch
         metrics.snapshot_rows_estimate.labels(plan.table).set(plan.rows_estimate)
         log.info("snapshot of table planned", extra={"table": plan.table, "rows_estimate": plan.rows_estimate,
                                                      "chunks": len(plan.chunks), "chunk_by": plan.kind})
-        planned.append(SnapshotTable(plan, relation))
+        planned.append(SnapshotTable(plan, relation, (filters or {}).get(table_name(schema, table))))
     return planned
 
 
-def relations_for(conn: ConnT, plans: list[TablePlan], publication: str, metrics: Metrics) -> list[SnapshotTable]:
-    """Resumed attempt: the stored plans with relations read again from the catalog."""
+def relations_for(conn: ConnT, plans: list[TablePlan], publication: str, metrics: Metrics,
+                  filters: Mapping[str, str] | None = None) -> list[SnapshotTable]:
+    """Resumed attempt: the stored plans with relations read again from the catalog, and the filters
+    now in force."""
     tables = []
     for plan in plans:
         relation = slots.relation_from_catalog(conn, plan.schema, plan.name, publication)
         metrics.snapshot_rows_estimate.labels(plan.table).set(plan.rows_estimate)
-        tables.append(SnapshotTable(plan, relation))
+        tables.append(SnapshotTable(plan, relation, (filters or {}).get(table_name(plan.schema, plan.name))))
     return tables
 
 
@@ -240,7 +244,7 @@ class _Worker(threading.Thread):
                 except queue.Empty:
                     break
                 entry = self.tables[chunk.table]
-                query = chunk_copy_query(entry.plan, entry.relation, chunk)
+                query = chunk_copy_query(entry.plan, entry.relation, chunk, entry.row_filter)
                 count = 0
                 batch: list[TupleData] = []
                 with self.conn.cursor() as cursor, cursor.copy(query) as copy:
@@ -388,7 +392,7 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
         consistent = Lsn(previous.consistent_lsn)
         exporter, snapshot_name = new_exported_snapshot(dsn, connect_timeout_s=connect_timeout_s)
         plans = [TablePlan.from_json(plan) for plan in previous.plans.values()]
-        tables = relations_for(exporter, plans, publication, metrics)
+        tables = relations_for(exporter, plans, publication, metrics, config.filters)
         done = previous.done
         log.info("resuming the initial snapshot in a new consistent snapshot",
                  extra={"slot": pending, "consistent_point": format_lsn(consistent),
@@ -404,7 +408,7 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
         log.info("snapshot slot created", extra={"slot": pending, "consistent_point": format_lsn(consistent)})
         exporter = connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s)
         tables = plan_tables(exporter, slots.published_tables(sql_conn, publication, selection), publication,
-                             config.chunk_rows, metrics)
+                             config.chunk_rows, metrics, config.filters)
         progress.put_many((plan_key(slot, t.plan.table), {"consistent_lsn": consistent, "plan": t.plan.to_json()})
                           for t in tables)
         progress.put(header_key(slot), {"consistent_lsn": consistent, "tables": [t.plan.table for t in tables]})

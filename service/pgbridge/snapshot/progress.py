@@ -19,8 +19,8 @@ Records
   pending slot ``{slot}_snapshot``; it identifies the attempt.
 - ``{slot}/initial/done/{table}/{index}``: chunk ``index`` of ``table`` was read and every one of
   its rows acknowledged.
-- ``{slot}/incremental``: the queue of incremental snapshots and the key after which the current
-  table continues.
+- ``{slot}/incremental``: the queue of incremental snapshots, the key after which the current
+  table continues, the last signal acted on, and whether a pause-snapshot signal holds the queue.
 - ``{slot}/tables``: the tables whose rows have been (or are being) snapshotted: a table in the
   publication and not in this set was added since, and gets an incremental snapshot.
 When the initial snapshot completes its keys are tombstoned, so compaction removes them.

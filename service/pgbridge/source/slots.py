@@ -71,7 +71,8 @@ def validate_slot(info: SlotInfo, *, database: str) -> None:
                         hint="choose another postgres.slot or point postgres.dsn at that database")
     if info.wal_status == "lost":
         raise SlotError(f"replication slot {info.name} was invalidated: the WAL it needs was removed",
-                        hint="changes were lost; run `pgbridge slot drop` and restart with snapshot.mode=initial")
+                        hint="changes were lost; run `pgbridge slot drop` and restart with snapshot.mode=initial, "
+                        "or start once with snapshot.mode=when_needed (it does both)")
 
 
 # While waiting for an active slot to be released, try the drop again this often.

@@ -42,7 +42,7 @@ def test_signals_parse_and_junk_is_ignored() -> None:
     signal = parse_signal(_signal("public.a", "s.b"))
     assert signal is not None and signal.tables == ("public.a", "s.b")
     assert parse_signal(b"not json") is None
-    assert parse_signal(b'{"type":"stop-snapshot"}') is None
+    assert parse_signal(b'{"type":"drop-snapshot"}') is None
     assert parse_signal(b'{"type":"execute-snapshot","tables":["nodot"]}') is None
     assert watermark_prefix("pgbridge.signal") == "pgbridge.watermark"
 
