@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
@@ -66,8 +67,12 @@ def test_policies_shape_snapshot_and_streamed_rows_and_their_schemas(
                          " 's3', 'third')")
             conn.execute('UPDATE public."Users" SET email = \'ann@new.org\', secret = \'s9\' WHERE id = 1')
             conn.execute('DELETE FROM public."Users" WHERE id = 2')
+            # and an incremental snapshot of the table, on a signal
+            conn.execute(emit_signal_sql(['public."Users"']))
+        wait_until(lambda: "incremental snapshot of table done" in bridge.log(), timeout=120, interval=0.5,
+                   message=f"the incremental snapshot never finished: {bridge.log()[-3000:]}")
         wait_caught_up(pg_dsn, topic_prefix, timeout=90)
-        records = read_topic(kafka_broker.bootstrap, topic, min_count=6, timeout=60)
+        records = read_topic(kafka_broker.bootstrap, topic, min_count=8, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
     assert SALT not in bridge.log()
     # then: every record carries exactly the published form, keyed by the hashed id
@@ -84,6 +89,8 @@ def test_policies_shape_snapshot_and_streamed_rows_and_their_schemas(
         ({"id": sha("1")}, "u", ann, {**ann, "email": sha("ann@new.org")}),
         ({"id": sha("2")}, "d", bob, None),
         ({"id": sha("2")}, None, None, None),  # the delete's tombstone, under the same hashed key
+        ({"id": sha("1")}, "r", None, {**ann, "email": sha("ann@new.org")}),  # the incremental snapshot
+        ({"id": sha("3")}, "r", None, ced),
     ]
     assert all(value is None or value["unrepresentable"] is None for _, value in decoded)
     # and the writer schemas: secret absent, masked and hashed fields nullable strings, the key a string
