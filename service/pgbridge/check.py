@@ -13,6 +13,7 @@ from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
+from pgbridge.publish.routing import TABLE_KEY_FIELD, TopicRouter
 from pgbridge.snapshot.filters import filter_problems
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
@@ -368,6 +369,27 @@ def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
     return []
 
 
+def check_routes(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Problem]:
+    """``kafka.topic_routes``: each published table's routed topic is a valid name (an error names
+    the table and the route); topics several tables share are named, with the key field they get."""
+    publication = settings.postgres.publication
+    if not settings.kafka.topic_routes or not slots.publication_exists(conn, publication):
+        return []
+    tables = slots.published_tables(conn, publication)
+    router = TopicRouter.of(settings.kafka)
+    problems: list[Problem] = []
+    for schema, table in tables:
+        try:
+            router.topic_of(schema, table)
+        except PgbridgeError as exc:
+            problems.append(Problem("error", str(exc), exc.hint or "change kafka.topic_routes"))
+    if problems:
+        return problems
+    return [Problem("info", f"topic {topic} holds {', '.join(names)}: its keys carry {TABLE_KEY_FIELD}",
+                    "none needed; the Spark mirror refuses a topic holding several tables")
+            for topic, names in TopicRouter.of(settings.kafka, tables).shared_topics().items()]
+
+
 def check_schema_registry(settings: Settings) -> list[Problem]:
     """With ``schema_registry.url`` set: the registry answers, and accepts the credentials."""
     if not settings.schema_registry.url:
@@ -392,6 +414,7 @@ def run_checks(settings: Settings) -> list[Problem]:
     else:
         with conn:
             problems.extend(check_postgres(conn, settings))
+            problems.extend(check_routes(conn, settings))
     problems.extend(check_kafka(settings))
     problems.extend(check_schema_registry(settings))
     return problems

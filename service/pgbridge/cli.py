@@ -314,6 +314,7 @@ def _schemas(settings: Settings) -> int:
     from pgbridge.encode.envelope import ChangeEncoder
     from pgbridge.encode.wire import SingleObjectRegistrar
     from pgbridge.pipeline import numeric_policy
+    from pgbridge.publish.routing import TopicRouter
     from pgbridge.source import slots
     from pgbridge.source.type_catalog import CatalogTypes
 
@@ -331,7 +332,8 @@ def _schemas(settings: Settings) -> int:
         # The same type catalog as ``run``, so composites, domains and enums print as run writes them.
         encoder = ChangeEncoder(topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
                                 registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
-                                type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types))
+                                type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types),
+                                router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]))
         output = []
         for schema, table in tables:
             relation = slots.relation_from_catalog(conn, str(schema), str(table), pg.publication)

@@ -183,6 +183,23 @@ class PostgresConfig(_Section):
         return value
 
 
+class TopicRoute(_Section):
+    """One ``kafka.topic_routes`` entry (docs/routing.md): a table whose whole ``schema.table``
+    matches ``match`` publishes to ``{prefix}.{topic}``, ``\\1``, ``\\2``... being the match's groups."""
+
+    match: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _valid(self) -> TopicRoute:
+        from pgbridge.publish.routing import template_problem
+
+        problem = template_problem(self.match, self.topic)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
 class KafkaConfig(_Section):
     bootstrap_servers: str
     topic_prefix: str = "pgbridge"
@@ -210,6 +227,7 @@ class KafkaConfig(_Section):
     # Debezium's default skips t, pgbridge's skips none) and the tombstone after a keyed delete.
     skipped_operations: Annotated[list[Literal["c", "u", "d", "t"]], NoDecode] = Field(default_factory=list)
     tombstones_on_delete: bool = True
+    topic_routes: list[TopicRoute] = Field(default_factory=list)  # first match wins
 
     @field_validator("skipped_operations", mode="before")
     @classmethod

@@ -56,6 +56,7 @@ from pgbridge.periodic import Heartbeat, KafkaProbe, SlotCheck, SnapshotTick
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
+from pgbridge.publish.routing import TopicRouter
 from pgbridge.publish.snapshot_sink import SnapshotSink
 from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
@@ -150,7 +151,8 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
             toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
-            observer=EncodeMetrics(metrics))
+            observer=EncodeMetrics(metrics),
+            router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication)))
         if isinstance(encoder, PolicyEncoder):
             encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
                                  for schema, table in slots.published_tables(sql, pg.publication))

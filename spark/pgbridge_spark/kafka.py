@@ -14,6 +14,7 @@ Two broker facts shape it:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -37,6 +38,29 @@ def table_topic_pattern(prefix: str) -> str:
     part after the prefix, table topics at least two.
     """
     return rf"{re.escape(prefix)}\.[^.]+\..+"
+
+
+# pgbridge's kafka.topic_routes: the key field naming the real table ("schema.table") on a topic that
+# holds several tables (publish/routing.py in the service).
+TABLE_KEY_FIELD: Final = "__pgbridge_table"
+
+
+class MultiTableTopic(ValueError):
+    """A topic several tables were routed onto: one mirror directory holds one table's rows."""
+
+
+def refuse_multi_table(topic: str, key_schema: str | None, value_schemas: Iterable[str]) -> None:
+    """Raise ``MultiTableTopic`` if ``topic``'s records come from several tables: its key schema
+    (JSON) has ``TABLE_KEY_FIELD``, or its value schemas (JSON) name more than one table (each
+    table's envelope has the namespace ``{prefix}.{schema}.{table}``)."""
+    tables = sorted({json.loads(text).get("namespace", "") for text in value_schemas})
+    keyed = key_schema is not None and any(f.get("name") == TABLE_KEY_FIELD
+                                           for f in json.loads(key_schema).get("fields", []))
+    if keyed or len(tables) > 1:
+        seen = f" (records of {', '.join(tables)})" if len(tables) > 1 else f" (its keys carry {TABLE_KEY_FIELD})"
+        raise MultiTableTopic(f"topic {topic} holds several tables{seen}: pgbridge's kafka.topic_routes put them "
+                              "on one topic, and a mirror or changelog holds one table per topic; route each table "
+                              "to a topic of its own to mirror it")
 
 
 def consumer_config(bootstrap: str, options: Mapping[str, str] | None = None) -> dict[str, Any]:

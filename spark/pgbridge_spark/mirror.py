@@ -54,7 +54,7 @@ from pgbridge_spark.decode import (
     schema_id_of,
 )
 from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, require_spark_avro
-from pgbridge_spark.kafka import read_schema_topic, table_topic_pattern, topic_name
+from pgbridge_spark.kafka import read_schema_topic, refuse_multi_table, table_topic_pattern, topic_name
 from pgbridge_spark.merge import (
     COMMIT_LSN_COLUMN,
     TOTAL_ORDER_COLUMN,
@@ -329,6 +329,8 @@ class MirrorJob:
             key_id = header_schema_id(max(key_ids, key=lambda r: (r["_"]["offset"], r["_"]["partition"]))["kh"])
             assert key_id is not None
             self._key_ids[topic] = key_id
+        refuse_multi_table(topic, texts.get(self._key_ids.get(topic, "")),
+                           [texts[i] for i in {header_schema_id(r["vh"]) for r in headers} if i is not None and i in texts])
         if topic in self._key_ids:
             key_type = record_to_struct(resolve_named(json.loads(texts[self._key_ids[topic]])))
         records = raw.where(F.col("topic") == topic).select("topic", "partition", "offset", "key", "value")

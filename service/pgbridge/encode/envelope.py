@@ -23,7 +23,6 @@ old key image for a key column whose TOASTed value Postgres did not resend.
 from __future__ import annotations
 
 import io
-import re
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -68,6 +67,8 @@ from pgbridge.encode.wire import (
     write_string_map,
 )
 from pgbridge.errors import SchemaError
+from pgbridge.publish.routing import TopicRouter, with_table_field
+from pgbridge.publish.topics import messages_topic, transactions_topic
 
 _native: Any = _native_switch.load("pgbridge.encode._native")
 
@@ -158,21 +159,6 @@ class _NoObserver:
 
 COMPATIBILITY_COMPATIBLE: Final = "compatible"
 COMPATIBILITY_INCOMPATIBLE: Final = "incompatible"
-
-
-# --- topics ---------------------------------------------------------------------------------------
-
-_TOPIC_INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
-MAX_TOPIC_LENGTH: Final = 249  # Kafka's limit
-
-
-def topic_name(*parts: str) -> str:
-    """Join ``parts`` with dots; characters outside ``[A-Za-z0-9._-]`` become ``_``."""
-    name = _TOPIC_INVALID.sub("_", ".".join(parts))
-    if len(name) > MAX_TOPIC_LENGTH:
-        raise EncodeError(f"topic name {name[:60]}... is longer than Kafka's {MAX_TOPIC_LENGTH} characters",
-                          hint="use a shorter kafka.topic_prefix")
-    return name
 
 
 # --- the compiled plan of one Relation version ----------------------------------------------------
@@ -415,11 +401,12 @@ class ChangeEncoder:
                  key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
                  type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
                  observer: EncodeObserver | None = None, native: bool = True,
-                 numeric: NumericPolicy | None = None) -> None:
+                 numeric: NumericPolicy | None = None, router: TopicRouter | None = None) -> None:
         schemas.check_envelope_layout()
         self._native = native and _native is not None
         self._numeric = numeric
         self._prefix = topic_prefix
+        self._router = router or TopicRouter(topic_prefix)  # topic names: publish/topics.py, routing.py
         self._database = database
         self._registrar = registrar
         self._key_resolver = key_resolver or default_key_columns
@@ -428,14 +415,14 @@ class ChangeEncoder:
         self._toast = toast or ToastPolicy()
         self._observer: EncodeObserver = observer or _NoObserver()
         self._toast_cache: OrderedDict[tuple[str, bytes, bytes], TupleData] = OrderedDict()
-        self._value_schemas: dict[str, Schema] = {}  # topic → the last value schema compiled for it
+        self._value_schemas: dict[str, Schema] = {}  # table → the last value schema compiled for it
         self._headers: dict[tuple[str, int], bytes] = {}
         self._by_identity: dict[int, tuple[Relation, _TablePlan]] = {}
         self._by_shape: dict[tuple[Any, ...], _TablePlan] = {}
         self._context_key: tuple[int, int, int, str | None] | None = None
         self._context_bytes: tuple[bytes, bytes, bytes] = (b"", b"", b"")
-        self.messages_topic = topic_name(topic_prefix, "messages")
-        self.transactions_topic = topic_name(topic_prefix, "transactions")
+        self.messages_topic = messages_topic(topic_prefix)
+        self.transactions_topic = transactions_topic(topic_prefix)
         self._fixed = {name: _FixedRecord(schemas.standalone_schema(name))
                        for name in ("message", "message_key", "transaction_boundary", "transaction_key")}
         self._buffer = io.BytesIO()
@@ -443,8 +430,8 @@ class ChangeEncoder:
     # -- schemas ---------------------------------------------------------------------------------
 
     def topic_for(self, relation: Relation) -> str:
-        """``{prefix}.{schema}.{table}`` with characters outside ``[A-Za-z0-9._-]`` as ``_``."""
-        return topic_name(self._prefix, relation.namespace, relation.name)
+        """The table's topic (``TopicRouter``: its route, else ``{prefix}.{schema}.{table}``)."""
+        return self._router.route(relation.namespace, relation.name).topic
 
     def table_of(self, relation: Relation) -> str:
         """``schema.table`` of a Relation version, from its plan (one identity look-up per row)."""
@@ -479,6 +466,8 @@ class ChangeEncoder:
         namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
         key_indexes = self._key_indexes(relation)
         key = schemas.key_schema(namespace, relation, codecs, names, key_indexes)
+        if key is not None and self._router.route(relation.namespace, relation.name).table_key:
+            key = with_table_field(key)  # several tables on one topic: the key names its table
         value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names))
         return _TableSchemas(codecs, key_indexes, key, value)
 
@@ -499,21 +488,21 @@ class ChangeEncoder:
                 except Exception as exc:  # fastavro raises plain exceptions of several kinds
                     raise SchemaError(f"writer schema of {relation.namespace}.{relation.name} is invalid: {exc}",
                                       hint="report this as a pgbridge bug with the table's definition") from exc
-        topic = self.topic_for(relation)
+        topic, table_key = self._router.route(relation.namespace, relation.name)
         table = f"{relation.namespace}.{relation.name}"
-        self._note_schema_change(topic, table, value)
-        key_header = self._header(f"{topic}-key", key) if key is not None else b""
+        self._note_schema_change(table, value)
+        key_header = self._header(f"{topic}-key", key) + (write_string(table) if table_key else b"") if key else b""
         value_header = self._header(f"{topic}-value", value)
         return _TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
                           key_indexes=key_indexes, key_schema=key, value_schema=value,
                           key_header=key_header, value_header=value_header,
                           toast_policy=self._toast.for_table(table), native=self._native)
 
-    def _note_schema_change(self, topic: str, table: str, value: Schema) -> None:
+    def _note_schema_change(self, table: str, value: Schema) -> None:
         """Report a table's new writer schema as compatible when a consumer holding the previous
         one can still read it by Avro schema resolution, else as incompatible (still published)."""
-        previous = self._value_schemas.get(topic)
-        self._value_schemas[topic] = value
+        previous = self._value_schemas.get(table)
+        self._value_schemas[table] = value
         if previous is None or fingerprint64(previous) == fingerprint64(value):
             return
         problem = schemas.resolution_problem(writer=value, reader=previous)

@@ -1,6 +1,9 @@
 """Topic names per the contract, creation on first use (before any produce touches them), and
 reading an internal compacted topic (``{prefix}._*``: snapshot progress, exactly-once positions)
-back to its end."""
+back to its end.
+
+This module is the one owner of topic naming: the encoder, the readers and the routes of
+``kafka.topic_routes`` (publish/routing.py) all name topics through ``topic_name``."""
 
 from __future__ import annotations
 
@@ -19,22 +22,32 @@ from pgbridge.logs import LibrdkafkaLog
 log = logging.getLogger(__name__)
 
 _INVALID: Final = re.compile(r"[^A-Za-z0-9._-]")
+MAX_TOPIC_LENGTH: Final = 249  # Kafka's limit
 
 
 def sanitize(name: str) -> str:
     return _INVALID.sub("_", name)
 
 
+def topic_name(*parts: str) -> str:
+    """Join ``parts`` with dots; characters outside ``[A-Za-z0-9._-]`` become ``_``."""
+    name = sanitize(".".join(parts))
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise PublishError(f"topic name {name[:60]}... is longer than Kafka's {MAX_TOPIC_LENGTH} characters",
+                          hint="use a shorter kafka.topic_prefix")
+    return name
+
+
 def table_topic(prefix: str, schema: str, table: str) -> str:
-    return sanitize(f"{prefix}.{schema}.{table}")
+    return topic_name(prefix, schema, table)
 
 
 def messages_topic(prefix: str) -> str:
-    return sanitize(f"{prefix}.messages")
+    return topic_name(prefix, "messages")
 
 
 def transactions_topic(prefix: str) -> str:
-    return sanitize(f"{prefix}.transactions")
+    return topic_name(prefix, "transactions")
 
 
 def schemas_topic(prefix: str) -> str:

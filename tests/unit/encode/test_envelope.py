@@ -20,6 +20,7 @@ from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode import ChangeEncoder, EncodeError, EventContext, OutRecord, SingleObjectRegistrar
 from pgbridge.encode.envelope import default_key_columns
 from pgbridge.encode.wire import fingerprint64, fingerprint_hex, parsing_canonical_form
+from pgbridge.errors import PublishError
 from pgbridge.lsn import Lsn
 from tests.unit.encode.avro_helpers import SchemaLog, fastavro_bytes, relation
 
@@ -309,7 +310,7 @@ def test_a_prefix_with_dots_and_dashes_makes_a_valid_namespace() -> None:
 
 def test_an_overlong_topic_name_is_refused() -> None:
     encoder = ChangeEncoder(topic_prefix="p" * 200, database="d", registrar=SingleObjectRegistrar(print))
-    with pytest.raises(EncodeError, match="longer than Kafka"):
+    with pytest.raises(PublishError, match="longer than Kafka"):
         encoder.topic_for(relation(("id", INT8), name="t" * 60))
 
 

@@ -11,16 +11,16 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pgbridge.encode.envelope import MAX_TOPIC_LENGTH, topic_name
-from pgbridge.encode.types import EncodeError
 from pgbridge.errors import BrokerUnavailable, PublishError
 from pgbridge.publish.topics import (
+    MAX_TOPIC_LENGTH,
     TopicManager,
     messages_topic,
     offsets_topic,
     sanitize,
     schemas_topic,
     table_topic,
+    topic_name,
     transactions_topic,
 )
 from pgbridge.snapshot.progress import progress_topic
@@ -40,9 +40,7 @@ def test_a_table_topic_is_prefix_schema_table() -> None:
     assert table_topic("app", "sales data", "q1/q2") == "app.sales_data.q1_q2"
 
 
-def test_the_publisher_and_the_encoder_name_a_table_topic_alike() -> None:
-    """Two functions build table topics (readers use publish/topics, the encoder encode/envelope):
-    any difference would make a reader wait on a topic nothing is written to."""
+def test_a_table_topic_joins_its_parts_as_topic_name_does() -> None:
     for schema, table in [("public", "t"), ("Sales", "Order Items"), ("ünï", "cödé"), ("a.b", "c-d_e")]:
         assert table_topic("pfx", schema, table) == topic_name("pfx", schema, table)
 
@@ -72,7 +70,7 @@ def test_a_topic_name_up_to_kafkas_limit_is_accepted_and_a_longer_one_refused() 
     assert MAX_TOPIC_LENGTH == 249
     prefix = "p" * (MAX_TOPIC_LENGTH - len(".s.t"))
     assert len(topic_name(prefix, "s", "t")) == MAX_TOPIC_LENGTH
-    with pytest.raises(EncodeError, match="longer than Kafka's 249 characters") as refused:
+    with pytest.raises(PublishError, match="longer than Kafka's 249 characters") as refused:
         topic_name(prefix + "p", "s", "t")
     assert refused.value.hint is not None and "topic_prefix" in refused.value.hint
 

@@ -1,0 +1,75 @@
+"""Topics of pgbridge's ``kafka.topic_routes`` in the mirror job (docs/routing.md): a table routed
+onto a topic of its own mirrors like any table (consistent mode included: the END counts name the
+real table), and a topic several tables were routed onto is refused with a clear error instead of
+being merged into one directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from tests.spark.mirror_support import wait_published
+from tests.support.bridge import BridgeProcess, bridge_env
+from tests.support.broker import Broker
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration,
+              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+
+SCHEMA = """
+CREATE TABLE shard_1 (id int PRIMARY KEY, v text);
+CREATE TABLE shard_2 (id int PRIMARY KEY, v text);
+CREATE TABLE solo (id int PRIMARY KEY, v text);
+"""
+ROUTES = json.dumps([{"match": r"public\.shard_\d", "topic": "sales.orders"},
+                     {"match": r"public\.(solo)", "topic": r"routed.\1"}])
+
+
+def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
+        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+    # given: the bridge with two tables routed onto one topic and one onto a topic of its own
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.shard_1,public.shard_2,public.solo",
+                            "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_KAFKA__TOPIC_ROUTES": ROUTES})
+    output = tmp_path / "mirror"
+    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+                          checkpoint=str(tmp_path / "checkpoint"), consistent=True)
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
+                   message=f"slot never created: {bridge.log()}")
+        # when: only the solo table changes
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO solo VALUES (1, 'a'), (2, 'b')")
+            conn.execute("UPDATE solo SET v = 'b2' WHERE id = 2")
+        wait_published(pg_dsn, topic_prefix)
+        query = MirrorJob(spark, config).start(available_now=True)
+        assert query.awaitTermination(300), "the availableNow run did not finish within 300 s"
+        assert query.exception() is None, query.exception()
+        # then: its directory is the routed name, holding the table's rows
+        rows = sorted((r["id"], r["v"]) for r in pq.read_table(output / "routed.solo").to_pylist())
+        assert rows == [(1, "a"), (2, "b2")]
+
+        # when: both shards get a row, with the same id
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO shard_1 VALUES (1, 'x'); INSERT INTO shard_2 VALUES (1, 'y')")
+        wait_published(pg_dsn, topic_prefix)
+        query = MirrorJob(spark, config).start(available_now=True)
+        # then: the run fails naming the topic and why, and nothing was merged into a directory
+        with pytest.raises(StreamingQueryException) as failed:
+            query.awaitTermination(300)
+        assert bridge.terminate() == 0, bridge.log()
+    error = str(failed.value)
+    assert (f"MultiTableTopic: topic {topic_prefix}.sales.orders holds several tables (records of "
+            f"{topic_prefix}.public.shard_1, {topic_prefix}.public.shard_2)") in error, error
+    assert "route each table to a topic of its own" in error
+    assert not (output / "sales.orders").exists()
