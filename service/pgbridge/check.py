@@ -15,6 +15,7 @@ from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
 from pgbridge.publish.routing import TABLE_KEY_FIELD, TopicRouter
 from pgbridge.snapshot.filters import filter_problems
+from pgbridge.snapshot.modes import StartAction, decide_start
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
 from pgbridge.source.identifiers import quote_ident, table_name
@@ -117,10 +118,16 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     info = slots.slot_info(conn, pg.slot)
     database = conn.info.dbname
     if info is not None:
-        try:
-            slots.validate_slot(info, database=database)
-        except PgbridgeError as exc:
-            problems.append(Problem("error", str(exc), exc.hint or "drop the slot"))
+        if decide_start(settings.snapshot.mode, slot_exists=True,
+                        wal_status=info.wal_status) is StartAction.RECREATE_AND_SNAPSHOT:
+            problems.append(Problem("warning", f"slot {pg.slot} was invalidated (the WAL it needs was removed): run "
+                                    "drops it and takes a new initial snapshot (snapshot.mode=when_needed)",
+                                    "none needed; consumers see every row again as op=r"))
+        else:
+            try:
+                slots.validate_slot(info, database=database)
+            except PgbridgeError as exc:
+                problems.append(Problem("error", str(exc), exc.hint or "drop the slot"))
         if info.active:
             problems.append(Problem("warning", f"slot {pg.slot} is in use by pid {info.active_pid}",
                                     "another consumer is streaming; run stops until it exits"))

@@ -155,10 +155,17 @@ def test_when_needed_snapshots_again_after_the_slot_was_invalidated_and_initial_
 
         wait_until(invalidated, timeout=120, interval=0.1, message="the slot was never invalidated")
 
-    # then: snapshot.mode=initial refuses the slot with its clear error
+    # then: snapshot.mode=initial refuses the slot with its clear error, in check and in run
+    checked = _pgbridge("check", _env(dsn, kafka_broker, topic_prefix, "initial"))
+    assert checked.returncode == 1 and any("was invalidated" in line and "when_needed" in line
+                                           for line in checked.stdout.splitlines()), checked.stdout
     with BridgeProcess(_env(dsn, kafka_broker, topic_prefix, "initial")).start() as refused:
         assert _wait_exit(refused) == 1, refused.log()[-4000:]
     assert "was invalidated" in refused.log() and "slot drop" in refused.log()
+    # and: check tells that when_needed will recover
+    checked = _pgbridge("check", _env(dsn, kafka_broker, topic_prefix, "when_needed"))
+    assert checked.returncode == 0 and any(line.startswith("warning:") and "run drops it" in line
+                                           for line in checked.stdout.splitlines()), checked.stdout
 
     # when: snapshot.mode=when_needed starts, and a change follows
     with BridgeProcess(_env(dsn, kafka_broker, topic_prefix, "when_needed")).start() as bridge:
