@@ -196,8 +196,6 @@ def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: 
             if selection is None or selection.matches(str(schema), str(table))]
 
 
-
-
 def key_columns(conn: psycopg.Connection[tuple[object, ...]], rel_id: int) -> tuple[str, ...]:
     """Primary key columns, else the replica identity index's columns, in index order."""
     rows = conn.execute(
