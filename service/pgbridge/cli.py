@@ -311,7 +311,8 @@ def _slot_drop(settings: Settings, *, yes: bool, timeout_s: float) -> int:
 
 
 def _schemas(settings: Settings) -> int:
-    from pgbridge.encode.envelope import ChangeEncoder
+    from pgbridge.decode.messages import Relation
+    from pgbridge.encode.columns import encoder_for
     from pgbridge.encode.wire import SingleObjectRegistrar
     from pgbridge.pipeline import numeric_policy
     from pgbridge.publish.routing import TopicRouter
@@ -326,14 +327,19 @@ def _schemas(settings: Settings) -> int:
             raise ConfigError(f"publication {pg.publication} does not exist and postgres.tables is not set",
                               hint="create the publication or set postgres.tables")
 
-        def keys(relation: object) -> tuple[str, ...]:
-            return slots.key_columns(conn, relation.rel_id)  # type: ignore[attr-defined]
+        message_keys = settings.kafka.message_keys
 
-        # The same type catalog as ``run``, so composites, domains and enums print as run writes them.
-        encoder = ChangeEncoder(topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
-                                registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
-                                type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types),
-                                router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]))
+        def keys(relation: Relation) -> tuple[str, ...]:
+            configured = message_keys.get((relation.namespace, relation.name))
+            return configured if configured is not None else slots.key_columns(conn, relation.rel_id)
+
+        # The same type catalog, key columns and column policies as ``run``, so the schemas printed
+        # are the ones run writes.
+        encoder = encoder_for(settings.columns.rules())(
+            topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
+            registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
+            type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types),
+            router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]))
         output = []
         for schema, table in tables:
             relation = slots.relation_from_catalog(conn, str(schema), str(table), pg.publication)

@@ -199,3 +199,22 @@ def test_message_key_columns_the_replica_identity_cannot_supply_are_refused_at_s
         "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps({"public.orders": ["region"]})})
     report = _check(env)
     assert any("public.orders.region may be null" in line for line in report.stdout.splitlines()), report.stdout
+
+
+def test_pgbridge_schemas_prints_the_schemas_run_writes_under_the_policies_and_key_columns(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, tenant int NOT NULL, secret text, card text)")
+        conn.execute("ALTER TABLE orders REPLICA IDENTITY FULL")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
+        "PGBRIDGE_POSTGRES__TABLES": "public.orders",
+        "PGBRIDGE_COLUMNS__EXCLUDE": json.dumps([r".*\.secret"]),
+        "PGBRIDGE_COLUMNS__MASK": json.dumps({r".*\.card": 4}),
+        "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps({"public.orders": ["tenant"]})})
+    result = subprocess.run([sys.executable, "-m", "pgbridge", "schemas"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [entry] = json.loads(result.stdout)
+    assert [f["name"] for f in entry["key"]["fields"]] == ["tenant"]
+    row = next(f for f in entry["value"]["fields"] if f["name"] == "before")["type"][1]
+    assert [(f["name"], f["pg_type"]) for f in row["fields"]] == [("id", "int4"), ("tenant", "int4"), ("card", "text")]
