@@ -19,13 +19,17 @@ pytestmark = pytest.mark.integration
 
 WRITE_SECONDS = 15.0
 MAX_WRITE_SECONDS = 90.0
-# The bound on retained WAL: what the writer produces in about two seconds (status updates every
-# 0.5 s, keepalives, the walsender reading behind a busy writer), at least 96 MiB. The writer's
-# rate varies tenfold with the machine (180 MiB/s of WAL seen on a quiet one, far less on a busy
-# one), so the bound follows the measured rate, and the writer goes on past WRITE_SECONDS (up to
-# MAX_WRITE_SECONDS) until it wrote three bounds' worth; a slot that is not advanced retains all.
-RETAINED_BOUND = 96 * 1024 * 1024
-RETAINED_SECONDS = 2.0
+MIN_WRITTEN = 288 * 1024 * 1024
+# A slot that is not advanced retains everything written since the bridge started (a ratio of 1 or
+# more of the WAL written so far); one advanced by the bridge retains only what the walsender has
+# not decoded yet plus one status interval. How far the walsender's decoding trails the writer
+# depends on the machine's load, not on pgbridge (a 600 MiB trail was seen on a busy 2-core CI
+# machine writing 115 MiB/s), so the test asserts what only an advancing slot shows: the confirmed
+# position moves many times while the writer runs, and the WAL retained stays a fraction of the
+# WAL written. The writer goes on past WRITE_SECONDS (up to MAX_WRITE_SECONDS) until it wrote
+# MIN_WRITTEN, so a slow machine still shows something.
+MIN_ADVANCES = 5
+MAX_RETAINED_RATIO = 0.75
 
 
 def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, kafka_broker: Broker,
@@ -51,24 +55,29 @@ def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, k
 
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
-        retained = []
+        samples: list[tuple[int, int, int]] = []  # (WAL written so far, retained, confirmed)
         started = time.monotonic()
         while (time.monotonic() - started < WRITE_SECONDS
-               or (current_wal_lsn(pg_dsn) - start < 3 * RETAINED_BOUND
+               or (current_wal_lsn(pg_dsn) - start < MIN_WRITTEN
                    and time.monotonic() - started < MAX_WRITE_SECONDS)):
             time.sleep(0.5)
             confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0
-            retained.append(current_wal_lsn(pg_dsn) - confirmed)
+            current = current_wal_lsn(pg_dsn)
+            samples.append((current - start, current - confirmed, confirmed))
         stop.set()
         writer.join(30)
         elapsed = time.monotonic() - started
         written = current_wal_lsn(pg_dsn) - start
-        # then: the retained WAL stayed bounded while far more was written
-        print(f"wrote {written / 2**20:.0f} MiB of WAL in {elapsed:.0f} s; "
-              f"retained at most {max(retained) / 2**20:.1f} MiB")
-        assert written > 3 * RETAINED_BOUND, "the workload wrote too little WAL to show anything"
-        bound = max(RETAINED_BOUND, written * RETAINED_SECONDS / elapsed)
-        assert max(retained[len(retained) // 4:]) < bound, (bound, retained)
+        # then: the slot advanced all along, and retained a fraction of what was written
+        later = samples[len(samples) // 2:]
+        advances = len({confirmed for _, _, confirmed in samples}) - 1
+        ratio = max(retained / written_then for written_then, retained, _ in later)
+        print(f"wrote {written / 2**20:.0f} MiB of WAL in {elapsed:.0f} s; the slot advanced {advances} times; "
+              f"retained at most {max(r for _, r, _ in samples) / 2**20:.1f} MiB, "
+              f"in the second half at most {ratio:.0%} of the WAL written by then")
+        assert written > MIN_WRITTEN, "the workload wrote too little WAL to show anything"
+        assert advances >= MIN_ADVANCES, samples
+        assert ratio < MAX_RETAINED_RATIO, samples
         end = current_wal_lsn(pg_dsn)
         wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= end, timeout=30,
                    message="the idle slot never caught up with the server")
