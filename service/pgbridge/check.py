@@ -12,6 +12,7 @@ from pgbridge.encode.columns import table_problem
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
+from pgbridge.publish.outbox import catalog_problems, topic_problem
 from pgbridge.publish.producer import admin_config
 from pgbridge.publish.routing import TABLE_KEY_FIELD, TopicRouter
 from pgbridge.snapshot.filters import filter_problems
@@ -397,6 +398,27 @@ def check_routes(conn: psycopg.Connection[tuple[object, ...]], settings: Setting
             for topic, names in TopicRouter.of(settings.kafka, tables).shared_topics().items()]
 
 
+def check_outbox(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Problem]:
+    """``outbox.*``: the topic is outside the prefix; each outbox table exists, has the outbox
+    columns in types pgbridge can carry, and is published (else its inserts never arrive)."""
+    outbox = settings.outbox
+    if not outbox.tables:
+        return []
+    fix = "fix the outbox table or the outbox.*_column settings (docs/routing.md)"
+    problem = topic_problem(outbox.topic, settings.kafka.topic_prefix)
+    problems = [Problem("error", problem, "use a topic outside the prefix, e.g. outbox.event.{aggregate_type}")
+                ] if problem else []
+    problems.extend(Problem("error", message, fix) for message in catalog_problems(conn, outbox))
+    publication = settings.postgres.publication
+    if slots.publication_exists(conn, publication):
+        published = {f"{schema}.{table}" for schema, table in slots.published_tables(conn, publication)}
+        problems.extend(Problem("error", f"outbox table {table} is not in publication {publication}",
+                                f"ALTER PUBLICATION {publication} ADD TABLE {quoted}")
+                        for table, quoted in zip(outbox.table_names, outbox.tables, strict=True)
+                        if table not in published)
+    return problems
+
+
 def check_schema_registry(settings: Settings) -> list[Problem]:
     """With ``schema_registry.url`` set: the registry answers, and accepts the credentials."""
     if not settings.schema_registry.url:
@@ -422,6 +444,7 @@ def run_checks(settings: Settings) -> list[Problem]:
         with conn:
             problems.extend(check_postgres(conn, settings))
             problems.extend(check_routes(conn, settings))
+            problems.extend(check_outbox(conn, settings))
     problems.extend(check_kafka(settings))
     problems.extend(check_schema_registry(settings))
     return problems

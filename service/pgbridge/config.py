@@ -261,6 +261,35 @@ class KafkaConfig(_Section):
         return {parse_table(table): tuple(columns) for table, columns in self.message_key_columns.items()}
 
 
+class OutboxConfig(_Section):
+    """The outbox event router (docs/routing.md, publish/outbox.py; Debezium's EventRouter): an
+    INSERT into one of ``tables`` becomes one record on ``topic`` ({aggregate_type} = the row's
+    aggregate type), keyed by the aggregate id, the payload as value, headers id and type."""
+
+    tables: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    id_column: str = Field(default="id", min_length=1)
+    aggregate_type_column: str = Field(default="aggregatetype", min_length=1)
+    aggregate_id_column: str = Field(default="aggregateid", min_length=1)
+    type_column: str = Field(default="type", min_length=1)
+    payload_column: str = Field(default="payload", min_length=1)
+    topic: str = Field(default="outbox.event.{aggregate_type}", min_length=1)
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _split_tables(cls, value: Any) -> Any:
+        """``schema.table`` each, in the canonical form of ``postgres.tables``."""
+        if isinstance(value, str):
+            value = split_table_list(value)
+        if isinstance(value, list):
+            return [normalize_table(item) if isinstance(item, str) else item for item in value]
+        return value
+
+    @property
+    def table_names(self) -> list[str]:
+        """``outbox.tables`` as the unquoted ``schema.table`` a Relation names."""
+        return [".".join(parse_table(table)) for table in self.tables]
+
+
 class SchemaRegistryConfig(_Section):
     """Confluent-compatible Schema Registry; ``url`` unset means registry-less encoding."""
 
@@ -458,6 +487,7 @@ class Settings(BaseSettings):
     log: LogConfig = LogConfig()
     ha: HaConfig = HaConfig()
     watchdog: WatchdogConfig = WatchdogConfig()
+    outbox: OutboxConfig = OutboxConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -54,6 +54,7 @@ from pgbridge.lsn import INVALID_LSN, format_lsn
 from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
 from pgbridge.periodic import Heartbeat, KafkaProbe, SlotCheck, SnapshotTick
 from pgbridge.publish.dispatch import Dispatcher
+from pgbridge.publish.outbox import outbox_router
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.routing import TopicRouter
@@ -210,7 +211,8 @@ class Session:
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
-            incremental=snapshotter, completed=self.reporter.completed, idle=self._idle_tick)
+            incremental=snapshotter, completed=self.reporter.completed, idle=self._idle_tick,
+            outbox=outbox_router(conn.sql, self.settings.outbox, self.settings.kafka.topic_prefix))
         self._prepare_slot(conn, dispatcher, records)
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
         # committed in Kafka already (the slot's confirmed LSN may lag it).

@@ -45,6 +45,7 @@ from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
+from pgbridge.publish.outbox import OutboxRouter
 from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.routing import PublishFilter, row_records
@@ -170,7 +171,8 @@ class Dispatcher:
     """
 
     def __init__(self, *, encoder: ChangeEncoder, publisher: KafkaPublisher, tracker: AckTracker, metrics: Metrics,
-                 incremental: IncrementalSnapshotter | None, completed: Completed, idle: Callable[[], None]) -> None:
+                 incremental: IncrementalSnapshotter | None, completed: Completed, idle: Callable[[], None],
+                 outbox: OutboxRouter | None = None) -> None:
         self.encoder = encoder
         self.publisher = publisher
         self.tracker = tracker
@@ -179,6 +181,7 @@ class Dispatcher:
         self.incremental = incremental
         self.counters = EventCounters(metrics)
         self.filter = PublishFilter.of(publisher.config)  # skipped operations, tombstones (publish/routing.py)
+        self.outbox = outbox  # outbox tables' inserts become outbox events (publish/outbox.py)
         self.position: Position | None = None  # exactly-once: how far committed Kafka transactions got
         self._completed = completed
         self._idle = idle
@@ -238,6 +241,11 @@ class Dispatcher:
             if self._skipped is not None:  # exactly-once: already whole in Kafka
                 return
             raise FatalError("row change outside a transaction reached the encoder")
+        outbox = self.outbox
+        if outbox is not None and outbox.plan(event.relation) is not None:
+            if not self.filter.skips(event.op):
+                self._outbox_row(event, outbox, tx)
+            return
         encoder = self.encoder
         table = encoder.table_of(event.relation)
         if self.filter.skips(event.op):
@@ -257,6 +265,25 @@ class Dispatcher:
         transactions = self.transactions
         if transactions is not None and transactions.split_due():
             self._split(tx)
+
+    def _outbox_row(self, event: RowChange, outbox: OutboxRouter, tx: _OpenTransaction) -> None:
+        """An outbox table's change: an insert is one outbox record, produced in the transaction's
+        unit; it takes no place in the transaction's order (the outbox table's own topic gets
+        nothing, so no END count may announce it). Under exactly-once, a transaction committed in
+        parts resumes after the last event of the parts: an outbox record before it is skipped."""
+        plan = outbox.plan(event.relation)
+        if event.op != "c" or plan is None or event.new is None:
+            outbox.ignore(event.relation, event.op)
+            return
+        if tx.already_in_kafka():
+            return
+        record = outbox.record(event.relation, event.new, plan)
+        self.publisher.topics.ensure(record.topic)
+        self.publisher.produce(record.topic, record.key, record.value, tx.callback, tx.unit, self._idle,
+                               self._other_origin, record.headers)
+        table = f"{event.relation.namespace}.{event.relation.name}"
+        self.counters.events(table, "c", 1)
+        self.counters.bytes(table, len(record.key or b"") + len(record.value or b""))
 
     def _skip_row(self, event: RowChange, table: str, tx: _OpenTransaction) -> None:
         """A change of a skipped operation: nothing published, no place in the transaction's order.
@@ -311,7 +338,11 @@ class Dispatcher:
         if tx is None:
             raise FatalError("truncate outside a transaction reached the encoder")
         skipped = self.filter.skips("t")  # not published; still empties a held snapshot chunk
+        outbox = self.outbox
         for relation in event.relations:
+            if outbox is not None and outbox.plan(relation) is not None:
+                outbox.ignore(relation, "t")
+                continue
             table = self.encoder.table_of(relation)
             if skipped:
                 if self.incremental is not None and self.incremental.window_table == table:
@@ -389,6 +420,8 @@ class Dispatcher:
             if released is None:
                 return
             table, rows = released
+            if self.outbox is not None and table in self.outbox.tables:
+                rows = []  # an outbox table's rows are not table records
             nbytes = 0
             for record in rows:
                 self.produce(record, tx.callback, tx.unit)

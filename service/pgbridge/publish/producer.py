@@ -116,9 +116,12 @@ def admin_config(config: KafkaConfig) -> dict[str, Any]:
 
 
 
+Headers = list[tuple[str, str | bytes | None]]
+
+
 def produce_when_room(producer: Producer, topic: str, key: bytes | None, value: bytes | None,
                       callback: Callable[[KafkaError | None, Message], None] | None,
-                      wait: Callable[[], object]) -> None:
+                      wait: Callable[[], object], headers: Headers | None = None) -> None:
     """librdkafka's queue was full (``BufferError``): ``wait`` (which must serve delivery reports,
     the only thing that frees room) and try again until the record fits.
 
@@ -128,7 +131,10 @@ def produce_when_room(producer: Producer, topic: str, key: bytes | None, value: 
     while True:
         wait()
         try:
-            producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
+            if headers:
+                producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback, headers=headers)
+            else:
+                producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
             return
         except BufferError:
             continue
@@ -266,9 +272,10 @@ class KafkaPublisher:
     # -- producing -------------------------------------------------------------------------------
     def produce(self, topic: str, key: bytes | None, value: bytes | None,
                 callback: Callable[[KafkaError | None, Message], None], unit: Unit,
-                idle: Callable[[], None], describe: Describe | None = None) -> None:
+                idle: Callable[[], None], describe: Describe | None = None, headers: Headers | None = None) -> None:
         """Hand one record to librdkafka; when the queue is full, serve callbacks and wait.
-        ``describe`` names the record's origin should Kafka refuse it as too large."""
+        ``describe`` names the record's origin should Kafka refuse it as too large; ``headers``
+        (the outbox's ``id`` and ``type``) go with the record as Kafka headers."""
         if self._dead_letters:
             self._produce_dead_letters()
         if self.transactions is not None:
@@ -278,9 +285,12 @@ class KafkaPublisher:
         if value is not None and len(value) >= self._watch_bytes:
             callback = self._watched(topic, key, len(value), callback, unit, describe)
         try:
-            self._producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
+            if headers:
+                self._producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback, headers=headers)
+            else:
+                self._producer.produce(topic, value, key, PARTITION_UNASSIGNED, callback)
         except BufferError:
-            self._wait_and_produce(topic, key, value, callback, idle, describe)
+            self._wait_and_produce(topic, key, value, callback, idle, describe, headers)
         except KafkaException as exc:
             self._refused_record(exc, topic, key, value, callback, idle, describe)
 
@@ -327,7 +337,7 @@ class KafkaPublisher:
 
     def _wait_and_produce(self, topic: str, key: bytes | None, value: bytes | None,
                           callback: Callable[[KafkaError | None, Message], None], idle: Callable[[], None],
-                          describe: Describe | None = None) -> None:
+                          describe: Describe | None = None, headers: Headers | None = None) -> None:
         """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
         def wait() -> None:
             self._producer.poll(0.05)
@@ -335,7 +345,7 @@ class KafkaPublisher:
             idle()
 
         try:
-            produce_when_room(self._producer, topic, key, value, callback, wait)
+            produce_when_room(self._producer, topic, key, value, callback, wait, headers)
         except KafkaException as exc:
             self._refused_record(exc, topic, key, value, callback, idle, describe)
 

@@ -47,6 +47,8 @@ class SnapshotSink(ChunkSink):
 
     def emit(self, relation: Relation, row: TupleData, unit: Unit) -> None:
         dispatcher = self._dispatcher
+        if dispatcher.outbox is not None and dispatcher.outbox.plan(relation) is not None:
+            return  # an outbox table's existing rows are not events (publish/outbox.py)
         record = dispatcher.encoder.encode_snapshot_row(relation, row, self._ctx)
         dispatcher.produce(record, self._callbacks[unit], unit)
         table = f"{relation.namespace}.{relation.name}"
