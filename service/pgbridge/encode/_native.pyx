@@ -464,10 +464,12 @@ cdef int write_binary_field(Buf *b, int code, int scale, bytes raw, object fallb
         put_le(b, read_be(p, 8), 8)
         return 0
     elif code == B_FLOAT4 and n == 4:
-        # through a double and back, as struct.unpack('!f') then struct.pack('<f') do
+        # What struct.unpack('!f') then struct.pack('<f') give: the same bits, except that a
+        # signalling NaN comes back quiet (the float -> double conversion sets the quiet bit).
+        # Written as bits: a C compiler may fold float -> double -> float into nothing.
         u.u32 = <uint32_t>read_be(p, 4)
-        d = u.f
-        u.f = <float>d
+        if (u.u32 & 0x7f800000u) == 0x7f800000u and (u.u32 & 0x007fffffu) != 0:
+            u.u32 |= 0x00400000u
         put_branch(b, branch)
         put_le(b, u.u32, 4)
         return 0
