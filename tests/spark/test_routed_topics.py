@@ -1,7 +1,8 @@
-"""Topics of pgbridge's ``kafka.topic_routes`` in the mirror job (docs/routing.md): a table routed
+"""pgbridge's routing and filtering options in the mirror job (docs/routing.md): a table routed
 onto a topic of its own mirrors like any table (consistent mode included: the END counts name the
-real table), and a topic several tables were routed onto is refused with a clear error instead of
-being merged into one directory."""
+real table), a topic several tables were routed onto is refused with a clear error instead of
+being merged into one directory, and with ``kafka.skipped_operations`` the consistent mirror still
+completes every transaction (the END counts only what was published)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,35 @@ def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
             f"{topic_prefix}.public.shard_1, {topic_prefix}.public.shard_2)") in error, error
     assert "route each table to a topic of its own" in error
     assert not (output / "sales.orders").exists()
+
+
+def test_the_consistent_mirror_completes_transactions_with_skipped_operations(
+        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+    # given: updates are not published
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.solo", "PGBRIDGE_SNAPSHOT__MODE": "never",
+                            "PGBRIDGE_KAFKA__SKIPPED_OPERATIONS": "u"})
+    output = tmp_path / "mirror"
+    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+                          checkpoint=str(tmp_path / "checkpoint"), consistent=True)
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
+                   message=f"slot never created: {bridge.log()}")
+        # when: one transaction of inserts and a skipped update, then one of a skipped update only
+        with psycopg.connect(pg_dsn) as conn:
+            conn.execute("INSERT INTO solo VALUES (1, 'a'), (2, 'b')")
+            conn.execute("UPDATE solo SET v = 'changed' WHERE id = 1")
+            conn.commit()
+            conn.execute("UPDATE solo SET v = 'again'")
+            conn.commit()
+        wait_published(pg_dsn, topic_prefix)
+        query = MirrorJob(spark, config).start(available_now=True)
+        assert query.awaitTermination(300), "the availableNow run did not finish within 300 s"
+        assert query.exception() is None, query.exception()
+        assert bridge.terminate() == 0, bridge.log()
+    # then: the transaction passed the consistent cut (a count including the update would hold it
+    # back forever), so the inserted rows are mirrored, without the updates
+    rows = sorted((r["id"], r["v"]) for r in pq.read_table(output / "public.solo").to_pylist())
+    assert rows == [(1, "a"), (2, "b")]
