@@ -153,10 +153,10 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
             toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
             observer=EncodeMetrics(metrics),
-            router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication)))
+            router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication, pg.stream_filter)))
         if isinstance(encoder, PolicyEncoder):
             encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
-                                 for schema, table in slots.published_tables(sql, pg.publication))
+                                 for schema, table in slots.published_tables(sql, pg.publication, pg.stream_filter))
     except BaseException:
         if repl is not None:
             repl.close()
@@ -274,7 +274,8 @@ class Session:
             log.info("slot created", extra={"slot": created.name,
                                             "consistent_point": format_lsn(created.consistent_point)})
             if action is StartAction.CREATE_WITH_SCHEMAS:
-                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, pg.stream_filter)
+                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, pg.stream_filter,
+                                         skip=frozenset(self.settings.outbox.table_names))
                 log.info("snapshot.mode=no_data: topics and writer schemas published, no rows",
                          extra={"topics": topics})
             self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,

@@ -102,18 +102,24 @@ def test_initial_only_exits_after_the_rows_and_a_never_start_streams_on_without_
 
 def test_no_data_publishes_topics_and_writer_schemas_but_no_rows(
         pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
-    # given: two filled tables
+    # given: two filled tables, and an outbox table (whose rows never reach a table topic)
     create_filled_table(pg_dsn, TABLE, 100)
     create_filled_table(pg_dsn, "public.others", 10)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, "
+                     "type text, payload jsonb)")
     env = _env(pg_dsn, kafka_broker, topic_prefix, "no_data",
-               PGBRIDGE_POSTGRES__TABLES=f"{TABLE},public.others")
+               PGBRIDGE_POSTGRES__TABLES=f"{TABLE},public.others,public.outbox",
+               PGBRIDGE_OUTBOX__TABLES="public.outbox")
     with BridgeProcess(env).start() as bridge:
         # when: snapshot.mode=no_data starts
         wait_until(lambda: "topics and writer schemas published" in bridge.log(), timeout=120,
                    message="no_data never announced the tables")
         # then: both topics exist and the writer schemas are in _schemas before any change
         topics = {f"{topic_prefix}.{TABLE}", f"{topic_prefix}.public.others"}
-        assert topics <= list_topics(kafka_broker.bootstrap)
+        existing = list_topics(kafka_broker.bootstrap)
+        assert topics <= existing
+        assert f"{topic_prefix}.public.outbox" not in existing
         store = load_schemas(kafka_broker.bootstrap, topic_prefix)
         # when: one change after the start
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -81,13 +81,17 @@ def snapshots_added_tables(mode: SnapshotMode) -> bool:
 
 
 def announce_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str,
-                    prepare: Callable[[Relation], str], selection: TableSelection | None = None) -> list[str]:
+                    prepare: Callable[[Relation], str], selection: TableSelection | None = None,
+                    skip: frozenset[str] = frozenset()) -> list[str]:
     """``no_data``: for every captured table (published, and selected by ``selection``, the
     ``postgres.table_include``/``table_exclude`` filter), ``prepare`` its Relation (create the topic,
     publish the writer schemas); returns the topics. The Relation is the one the snapshots build from the
-    catalog, which encodes to the same writer schema as the one pgoutput sends."""
+    catalog, which encodes to the same writer schema as the one pgoutput sends. Tables in ``skip``
+    (``schema.table``: the outbox tables, whose rows never reach a table topic) are left out."""
     topics = []
     for schema, table in slots.published_tables(conn, publication, selection):
+        if f"{schema}.{table}" in skip:
+            continue
         relation = slots.relation_from_catalog(conn, schema, table, publication)
         topics.append(prepare(relation))
     return topics
