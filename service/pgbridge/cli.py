@@ -15,11 +15,17 @@ import textwrap
 import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from pgbridge import __version__
 from pgbridge.config import Settings, load_settings
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.logs import configure_logging, redact
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgbridge.config import PostgresConfig
 
 log = logging.getLogger("pgbridge")
 
@@ -310,6 +316,24 @@ def _slot_drop(settings: Settings, *, yes: bool, timeout_s: float) -> int:
     return EXIT_OK
 
 
+def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresConfig) -> list[tuple[str, str]]:
+    """The tables ``run`` would capture: the publication's, as the in-stream filter keeps them; before
+    the publication exists, what ``run`` would create it for (``postgres.tables``, or the tables
+    ``postgres.table_include``/``table_exclude`` select now)."""
+    from pgbridge.source import slots
+    from pgbridge.source.publication import resolve_selection
+
+    if slots.publication_exists(conn, pg.publication):
+        return slots.published_tables(conn, pg.publication, pg.stream_filter)
+    if pg.table_pairs:
+        return pg.table_pairs
+    if pg.pattern_selection is not None:
+        return resolve_selection(conn, pg.pattern_selection)
+    raise ConfigError(f"publication {pg.publication} does not exist and neither postgres.tables nor "
+                      "postgres.table_include/table_exclude is set",
+                      hint="create the publication, or set postgres.tables or the include/exclude patterns")
+
+
 def _schemas(settings: Settings) -> int:
     from pgbridge.decode.messages import Relation
     from pgbridge.encode.columns import encoder_for
@@ -321,11 +345,7 @@ def _schemas(settings: Settings) -> int:
 
     pg = settings.postgres
     with slots.connect_sql(pg.dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s) as conn:
-        tables = slots.published_tables(conn, pg.publication) if slots.publication_exists(conn, pg.publication) \
-            else (pg.table_pairs or [])
-        if not tables:
-            raise ConfigError(f"publication {pg.publication} does not exist and postgres.tables is not set",
-                              hint="create the publication or set postgres.tables")
+        tables = _captured_tables(conn, pg)
 
         message_keys = settings.kafka.message_keys
 

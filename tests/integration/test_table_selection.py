@@ -5,6 +5,7 @@ misconfigurations."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -246,3 +247,33 @@ def test_drop_slot_on_stop_drops_it_after_sigterm_and_never_after_a_crash(
         assert "replication slot dropped on stop" in bridge.log()
     events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.kept", topic_prefix, min_count=ROWS + 2)
     assert {100, 101} <= {e.value["after"]["id"] for e in events if e.value is not None}
+
+
+def _schemas(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
+    return subprocess.run([sys.executable, "-m", "pgbridge", "schemas"], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_schemas_prints_the_selected_tables(pg_dsn: str, kafka_broker: Broker) -> None:
+    # given: three tables, patterns that select two of them, and no publication yet
+    _create_tables(pg_dsn, "public.kept", "public.kept_too", "public.dropped")
+    patterns = {"PGBRIDGE_POSTGRES__TABLE_INCLUDE": r"public\.kept.*,public\.dropped",
+                "PGBRIDGE_POSTGRES__TABLE_EXCLUDE": r"public\.dropped"}
+    # when / then: schemas prints what run would capture
+    result = _schemas(_check_env(pg_dsn, kafka_broker.bootstrap, **patterns))
+    assert result.returncode == 0, result.stderr
+    assert [t["table"] for t in json.loads(result.stdout)] == ["public.kept", "public.kept_too"]
+    # given: a FOR ALL TABLES publication that publishes the third table too
+    _sql(pg_dsn, "CREATE PUBLICATION pub FOR ALL TABLES")
+    try:
+        # when / then: only the tables the in-stream filter keeps
+        result = _schemas(_check_env(pg_dsn, kafka_broker.bootstrap, PGBRIDGE_POSTGRES__PUBLICATION_MODE="all_tables",
+                                     **patterns))
+        assert result.returncode == 0, result.stderr
+        assert [t["table"] for t in json.loads(result.stdout)] == ["public.kept", "public.kept_too"]
+        # ... and without any selection, every table of the publication
+        result = _schemas(_check_env(pg_dsn, kafka_broker.bootstrap))
+        assert [t["table"] for t in json.loads(result.stdout)] == ["public.dropped", "public.kept", "public.kept_too"]
+    finally:
+        _sql(pg_dsn, "DROP PUBLICATION pub")
