@@ -207,7 +207,7 @@ class Session:
             dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
             chunk_rows=self.settings.snapshot.chunk_rows, signal_prefix=self.settings.snapshot.signal_prefix,
             progress=self.progress, metrics=self.metrics, connect_timeout_s=pg.connect_timeout_s,
-            filters=self.settings.snapshot.filters)
+            filters=self.settings.snapshot.filters, selection=self.settings.postgres.stream_filter)
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,

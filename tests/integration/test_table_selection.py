@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics
@@ -137,6 +138,22 @@ def test_all_tables_publication_is_filtered_in_stream(pg_dsn: str, kafka_broker:
         log = bridge.log()
         assert DROPPED_LOG in log and "public.unselected" in log
         assert log.count(DROPPED_LOG) == 1  # logged once per table
+        # when: an operator signal asks for incremental snapshots of both tables
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(emit_signal_sql(["public.unselected", "public.kept"]))
+        # then: the selected table is snapshotted, the unselected one refused with a log line
+        wait_until(lambda: "cannot snapshot a table that is not captured" in bridge.log(), timeout=60,
+                   message="the signal for the unselected table was not refused")
+        def snapshot_reads() -> set[int]:
+            events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.kept", topic_prefix, min_count=1,
+                                 timeout=30, idle=0.5)
+            return {e.value["after"]["id"] for e in events if e.value is not None and e.value["op"] == "r"}
+
+        # ids 100 and 101 were inserted after the initial snapshot: only an incremental one reads them
+        wait_until(lambda: {100, 101} <= snapshot_reads(), timeout=90, interval=1.0,
+                   message="the selected table was not snapshotted")
+        wait_caught_up(pg_dsn, topic_prefix, timeout=60)
+        assert _table_topics(kafka_broker.bootstrap, topic_prefix) == {f"{topic_prefix}.public.kept"}
         assert bridge.terminate() == 0, bridge.log()
 
 

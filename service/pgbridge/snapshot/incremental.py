@@ -56,6 +56,7 @@ from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_ke
 from pgbridge.source import slots
 from pgbridge.source.connection import build_conninfo
 from pgbridge.source.identifiers import IdentifierError, normalize_table, parse_table, table_name
+from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +215,12 @@ class IncrementalSnapshotter:
 
     def __init__(self, *, dsn: str, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
                  progress: ProgressStore, metrics: Metrics, connect_timeout_s: float,
-                 filters: Mapping[str, str] | None = None) -> None:
+                 filters: Mapping[str, str] | None = None, selection: TableSelection | None = None) -> None:
         self._dsn = dsn
         self._filters = dict(filters or {})  # snapshot.filters by canonical table name
+        # postgres.table_include/exclude (PostgresConfig.stream_filter): a signal naming a table the
+        # stream filter drops must not publish its rows
+        self._selection = selection
         self.slot = slot
         self.publication = publication
         self.chunk_rows = chunk_rows
@@ -432,9 +436,10 @@ class IncrementalSnapshotter:
         schema, name = parse_table(table)
         conn = self._connection()
         try:
-            published = (schema, name) in slots.published_tables(conn, self.publication)
-            if not published:
-                log.error("cannot snapshot a table that is not in the publication; skipped",
+            captured = (schema, name) in slots.published_tables(conn, self.publication, self._selection)
+            if not captured:
+                log.error("cannot snapshot a table that is not captured (not in the publication, or not "
+                          "selected by postgres.table_include/table_exclude); skipped",
                           extra={"table": table, "publication": self.publication})
                 return None
             relation = slots.relation_from_catalog(conn, schema, name, self.publication)
