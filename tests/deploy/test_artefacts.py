@@ -371,7 +371,7 @@ def test_docker_build_context_holds_what_the_builder_copies() -> None:
                     f"Dockerfile copies {source}, an empty directory that a git checkout does not have"
                 )
             assert not _docker_excludes(source.rstrip("/")), f".dockerignore excludes {source}"
-    for shipped in ("pyproject.toml", "service/pgbridge/__init__.py", "service/pgbridge/config.py"):
+    for shipped in ("pyproject.toml", "service/pgbridge/__init__.py", "service/pgbridge/config/loading.py"):
         assert not _docker_excludes(shipped), f".dockerignore excludes {shipped}"
     for kept_out in (".git/config", ".venv/bin/python", "tests/deploy/test_artefacts.py", ".env",
                      "deploy/pgbridge.example.yaml", "helm/pgbridge/values.yaml",

@@ -1,0 +1,157 @@
+"""The ``kafka``, ``outbox`` and ``schema_registry`` sections: where and how records are published."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    NoDecode,
+)
+
+from pgbridge.config.base import _Section
+from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
+from pgbridge.source.keys import MessageKeys
+
+# Schema Registry request timeout (see SchemaRegistryConfig.timeout_s).
+DEFAULT_REGISTRY_TIMEOUT_S: Final = 10.0
+# Records handed to the producer but not yet acknowledged: the backpressure bound. At ~300 bytes a
+# record this caps the producer queue near 30 MiB while keeping enough in flight for throughput.
+DEFAULT_MAX_IN_FLIGHT: Final = 100_000
+# The same bound in bytes, so wide rows cannot grow the producer queue past it: with the 64 MiB
+# transaction buffer this keeps peak RSS of any transaction size near 200 MB.
+DEFAULT_MAX_IN_FLIGHT_BYTES: Final = 32 * 1024 * 1024
+# A record not acknowledged within this time fails the session, which then resumes from the
+# confirmed LSN with a new producer. Short enough that a broker that came back empty (its
+# idempotent-producer state lost) is recovered from in seconds, long enough for leader elections.
+DEFAULT_DELIVERY_TIMEOUT_MS: Final = 30_000
+
+
+class TopicRoute(_Section):
+    """One ``kafka.topic_routes`` entry (docs/routing.md): a table whose whole ``schema.table``
+    matches ``match`` publishes to ``{prefix}.{topic}``, ``\\1``, ``\\2``... being the match's groups."""
+
+    match: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _valid(self) -> TopicRoute:
+        from pgbridge.publish.routing import template_problem
+
+        problem = template_problem(self.match, self.topic)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str
+    topic_prefix: str = "pgbridge"
+    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    max_in_flight_bytes: int = Field(default=DEFAULT_MAX_IN_FLIGHT_BYTES, ge=1024 * 1024)
+    linger_ms: int = Field(default=5, ge=0)
+    delivery_timeout_ms: int = Field(default=DEFAULT_DELIVERY_TIMEOUT_MS, ge=1000)
+    topic_partitions: int = Field(default=1, ge=1)
+    topic_replication_factor: int = Field(default=-1)
+    # Exactly-once (publish/transactions.py): Kafka transactions of whole Postgres transactions.
+    exactly_once: bool = False
+    transaction_max_ms: int = Field(default=500, ge=1)  # gather Postgres transactions this long ...
+    transaction_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)  # ... or this many bytes
+    transaction_timeout_ms: int = Field(default=600_000, ge=10_000)  # the producer's transaction.timeout.ms
+    # Kafka key columns per table instead of the primary key / replica identity (docs/columns.md,
+    # source/keys.py; Debezium's message.key.columns): "schema.table" (SQL-quoted) → column names.
+    message_key_columns: dict[str, list[str]] = Field(default_factory=dict)
+    # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.
+    properties: dict[str, SecretStr] = Field(default_factory=dict)
+    # A record Kafka refuses as too large (producer message.max.bytes, topic max.message.bytes):
+    # "stop" fails with an error naming it; "dead_letter" publishes its position and key to
+    # {prefix}._dead_letter and goes on (publish/oversize.py).
+    oversize_policy: Literal["stop", "dead_letter"] = "stop"
+    # Routing and filtering (docs/routing.md, publish/routing.py): ops not published (c, u, d, t;
+    # Debezium's default skips t, pgbridge's skips none) and the tombstone after a keyed delete.
+    skipped_operations: Annotated[list[Literal["c", "u", "d", "t"]], NoDecode] = Field(default_factory=list)
+    tombstones_on_delete: bool = True
+    topic_routes: list[TopicRoute] = Field(default_factory=list)  # first match wins
+
+    @field_validator("skipped_operations", mode="before")
+    @classmethod
+    def _split_operations(cls, value: Any) -> Any:
+        """``c,u`` from the environment; ``none`` (Debezium's spelling) for the empty list."""
+        if isinstance(value, str):
+            value = [] if value.strip().lower() in ("", "none") else [op.strip() for op in value.split(",")]
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("message_key_columns")
+    @classmethod
+    def _message_keys(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Tables in canonical SQL form (as ``postgres.tables``); each with distinct, non-empty columns."""
+        out: dict[str, list[str]] = {}
+        for table, columns in value.items():
+            if not columns or any(not c for c in columns) or len(set(columns)) != len(columns):
+                raise ValueError(f"{table}: list its key columns, each once (names as the catalog has them)")
+            out[normalize_table(table)] = columns  # IdentifierError is a ValueError
+        return out
+
+    @property
+    def message_keys(self) -> MessageKeys:
+        """``message_key_columns`` by ``(schema, table)`` as the catalog has them."""
+        return {parse_table(table): tuple(columns) for table, columns in self.message_key_columns.items()}
+
+
+class OutboxConfig(_Section):
+    """The outbox event router (docs/routing.md, publish/outbox.py; Debezium's EventRouter): an
+    INSERT into one of ``tables`` becomes one record on ``topic`` ({aggregate_type} = the row's
+    aggregate type), keyed by the aggregate id, the payload as value, headers id and type."""
+
+    tables: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    id_column: str = Field(default="id", min_length=1)
+    aggregate_type_column: str = Field(default="aggregatetype", min_length=1)
+    aggregate_id_column: str = Field(default="aggregateid", min_length=1)
+    type_column: str = Field(default="type", min_length=1)
+    payload_column: str = Field(default="payload", min_length=1)
+    topic: str = Field(default="outbox.event.{aggregate_type}", min_length=1)
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _split_tables(cls, value: Any) -> Any:
+        """``schema.table`` each, in the canonical form of ``postgres.tables``."""
+        if isinstance(value, str):
+            value = split_table_list(value)
+        if isinstance(value, list):
+            return [normalize_table(item) if isinstance(item, str) else item for item in value]
+        return value
+
+    @property
+    def table_names(self) -> list[str]:
+        """``outbox.tables`` as the unquoted ``schema.table`` a Relation names."""
+        return [".".join(parse_table(table)) for table in self.tables]
+
+
+class SchemaRegistryConfig(_Section):
+    """Confluent-compatible Schema Registry; ``url`` unset means registry-less encoding."""
+
+    url: str | None = None
+    basic_auth_user_info: SecretStr | None = None  # "user:password"
+    ssl_ca_location: str | None = None  # CA file or directory for an https registry; default: certifi
+    # Per HTTP request. A registry that does not answer in this time counts as unreachable, so the
+    # session restarts with backoff instead of hanging between two transactions.
+    timeout_s: float = Field(default=DEFAULT_REGISTRY_TIMEOUT_S, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value or None
