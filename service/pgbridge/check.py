@@ -11,6 +11,7 @@ from pgbridge.config import PostgresConfig, Settings
 from pgbridge.encode.columns import table_problem
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
+from pgbridge.identifiers import quote_ident, table_name
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.outbox import catalog_problems, topic_problem
 from pgbridge.publish.producer import admin_config
@@ -19,7 +20,6 @@ from pgbridge.snapshot.filters import filter_problems
 from pgbridge.snapshot.modes import StartAction, decide_start
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
-from pgbridge.source.identifiers import quote_ident, table_name
 from pgbridge.source.keys import NULLABLE_HINT, message_key, nullable_columns, nullable_message, usable_key
 from pgbridge.source.monitor import read_slot
 from pgbridge.source.publication import (

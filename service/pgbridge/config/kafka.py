@@ -15,7 +15,7 @@ from pydantic_settings import (
 )
 
 from pgbridge.config.base import _Section
-from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
+from pgbridge.identifiers import normalize_table, parse_table, split_table_list
 from pgbridge.source.keys import MessageKeys
 
 # Schema Registry request timeout (see SchemaRegistryConfig.timeout_s).

@@ -17,7 +17,7 @@ from pydantic_settings import (
 )
 
 from pgbridge.config.base import _Section
-from pgbridge.source.identifiers import normalize_table, parse_table, split_table_list
+from pgbridge.identifiers import normalize_table, parse_table, split_table_list
 from pgbridge.source.selection import TableSelection, compile_patterns, split_patterns
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout

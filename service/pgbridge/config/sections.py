@@ -17,7 +17,7 @@ from pydantic import (
 from pgbridge.config.base import _Section
 from pgbridge.encode.columns import ColumnRules
 from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
-from pgbridge.source.identifiers import normalize_table
+from pgbridge.identifiers import normalize_table
 
 # Per buffered (streamed or prepared) transaction, bytes held in memory before spilling to disk.
 # 64 MiB keeps peak RSS of a single huge transaction well below a typical 256 MiB container limit.

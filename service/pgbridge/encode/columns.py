@@ -27,7 +27,7 @@ from pgbridge.decode.messages import KIND_BINARY, KIND_TEXT, Column, Relation, T
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, OutRecord, default_key_columns
 from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.errors import ConfigError
-from pgbridge.source.identifiers import quote_ident
+from pgbridge.identifiers import quote_ident
 
 Action = Literal["exclude", "hash", "mask", "truncate"]
 

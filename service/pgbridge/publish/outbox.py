@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from pgbridge.decode.messages import KIND_BINARY, KIND_TEXT, Relation, TupleData
 from pgbridge.errors import ConfigError, FatalError
+from pgbridge.identifiers import parse_table
 from pgbridge.publish.topics import sanitize
-from pgbridge.source.identifiers import parse_table
 
 if TYPE_CHECKING:
     import psycopg

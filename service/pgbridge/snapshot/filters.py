@@ -20,8 +20,8 @@ import psycopg
 from psycopg import sql
 
 from pgbridge.errors import ConfigError
+from pgbridge.identifiers import parse_table, table_name
 from pgbridge.source import slots
-from pgbridge.source.identifiers import parse_table, table_name
 from pgbridge.source.selection import TableSelection
 
 FIX_CONDITION = "write a SQL boolean condition over the table's columns, e.g. \"id > 1000\""

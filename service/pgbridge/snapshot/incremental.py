@@ -48,6 +48,7 @@ from pgbridge.ack.tracker import Unit
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import OutRecord
 from pgbridge.errors import FatalError, SourceUnavailable
+from pgbridge.identifiers import IdentifierError, normalize_table, parse_table, table_name
 from pgbridge.lsn import Lsn, format_lsn, parse_lsn
 from pgbridge.metrics import Metrics
 from pgbridge.snapshot.chunking import CHUNK_BY_KEY, TablePlan, next_rows_copy_query, plan_table
@@ -55,7 +56,6 @@ from pgbridge.snapshot.initial import parse_copy_lines
 from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_key
 from pgbridge.source import slots
 from pgbridge.source.connection import build_conninfo
-from pgbridge.source.identifiers import IdentifierError, normalize_table, parse_table, table_name
 from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class IncrementalState:
 @dataclass(slots=True)
 class _PendingChunk:
     token: str
-    table: str  # canonical name (source/identifiers.py): the queue's and the operators' form
+    table: str  # canonical name (identifiers.py): the queue's and the operators' form
     buffer: dict[bytes, OutRecord]
     next_after: list[str] | None
     last: bool

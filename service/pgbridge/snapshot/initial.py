@@ -39,13 +39,13 @@ from pgbridge.ack.tracker import Unit
 from pgbridge.config import SnapshotConfig
 from pgbridge.decode.messages import KIND_NULL, KIND_TEXT, Relation, TupleData
 from pgbridge.errors import PgbridgeError, SourceUnavailable, TransientError
+from pgbridge.identifiers import table_name
 from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import Metrics
 from pgbridge.snapshot.chunking import CHUNK_BY_CTID, Chunk, TablePlan, chunk_copy_query, plan_table
 from pgbridge.snapshot.progress import ProgressStore, done_key, header_key, initial_progress, plan_key
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection, build_conninfo
-from pgbridge.source.identifiers import table_name
 from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
@@ -435,5 +435,5 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
                                               *(plan_key(slot, t) for t in names), header_key(slot)])
     progress.flush()
     log.info("initial snapshot complete; slot created", extra={"slot": slot, "tables": names})
-    # Canonical names (source/identifiers.py), as the incremental snapshotter compares them.
+    # Canonical names (identifiers.py), as the incremental snapshotter compares them.
     return [table_name(t.plan.schema, t.plan.name) for t in tables]

@@ -17,8 +17,8 @@ import psycopg
 
 from pgbridge.decode.messages import IDENTITY_FULL, Relation
 from pgbridge.errors import ConfigError, SourceUnavailable
+from pgbridge.identifiers import table_name
 from pgbridge.source import slots
-from pgbridge.source.identifiers import table_name
 
 MessageKeys = Mapping[tuple[str, str], tuple[str, ...]]
 """``(schema, table)`` as the catalog has them → the Kafka key columns configured for it."""

@@ -20,8 +20,8 @@ from psycopg import sql
 
 from pgbridge.config import PostgresConfig
 from pgbridge.errors import ConfigError, FatalError
+from pgbridge.identifiers import table_name
 from pgbridge.source import slots
-from pgbridge.source.identifiers import table_name
 from pgbridge.source.selection import CatalogTable, TableSelection, is_system_schema, select_tables
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from psycopg import sql
 
 from pgbridge.decode.messages import Column, Relation
 from pgbridge.errors import ConfigError, FatalError, SlotError
+from pgbridge.identifiers import parse_table, table_name
 from pgbridge.lsn import Lsn, parse_lsn
 from pgbridge.source.connection import build_conninfo, connect_failure, safe_target
-from pgbridge.source.identifiers import parse_table, table_name
 from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def publication_options(server_version: int) -> str:
 
 def ensure_publication(conn: psycopg.Connection[tuple[object, ...]], publication: str,
                        tables: list[str] | None) -> None:
-    """Create ``publication`` for ``tables`` (canonical ``schema.table``, see source/identifiers.py)
+    """Create ``publication`` for ``tables`` (canonical ``schema.table``, see identifiers.py)
     unless it exists; an existing one is used as the DBA made it."""
     if publication_exists(conn, publication):
         return

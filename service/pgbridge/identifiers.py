@@ -4,7 +4,8 @@ Postgres folds an unquoted identifier to lower case and keeps a quoted one exact
 quotes is one ``"``), so ``Public.Orders`` names ``public.orders`` while ``public."Order Items"``
 names a table with a capital and a space. Operators copy names from ``psql``, which prints them
 quoted whenever they need it; splitting on ``.`` got both the case and dots inside quotes wrong
-("relation does not exist"). Pure functions, no I/O.
+("relation does not exist"). Pure functions, no I/O: shared by config, which validates and
+canonicalises names with them, and by the stages that look tables up by those names.
 """
 
 from __future__ import annotations

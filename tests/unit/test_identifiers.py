@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgbridge.source.identifiers import (
+from pgbridge.identifiers import (
     IdentifierError,
     normalize_table,
     parse_table,
