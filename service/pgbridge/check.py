@@ -8,7 +8,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.config import PostgresConfig, Settings
-from pgbridge.encode.columns import table_problem
+from pgbridge.encode.columns import ColumnRules, table_problem
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.identifiers import quote_ident, table_name
@@ -20,7 +20,14 @@ from pgbridge.snapshot.filters import filter_problems
 from pgbridge.snapshot.modes import StartAction, decide_start
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
-from pgbridge.source.keys import NULLABLE_HINT, message_key, nullable_columns, nullable_message, usable_key
+from pgbridge.source.keys import (
+    NULLABLE_HINT,
+    message_key,
+    message_keys,
+    nullable_columns,
+    nullable_message,
+    usable_key,
+)
 from pgbridge.source.monitor import read_slot
 from pgbridge.source.publication import (
     MODE_ALL_TABLES,
@@ -32,7 +39,7 @@ from pgbridge.source.publication import (
     member_tables,
     resolve_selection,
 )
-from pgbridge.source.selection import TableSelection, select_tables
+from pgbridge.source.selection import TableSelection, pattern_selection, select_tables, stream_filter
 from pgbridge.source.type_catalog import CatalogTypes
 
 # Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
@@ -76,7 +83,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         problems.append(Problem("error", f"the connecting role {user} lacks the REPLICATION attribute",
                                 f"ALTER ROLE {quote_ident(user)} WITH REPLICATION;"))
     publication_exists = slots.publication_exists(conn, pg.publication)
-    if pg.pattern_selection is not None or pg.publication_mode != MODE_FILTERED:
+    if pattern_selection(pg) is not None or pg.publication_mode != MODE_FILTERED:
         selection_found, tables = _selection_problems(conn, pg, user, publication_exists)
         problems.extend(selection_found)
         if publication_exists:
@@ -115,7 +122,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     problems.extend(_message_key_problems(conn, settings, [(str(a), str(b)) for a, b in tables]))
     if publication_exists:
         problems.extend(Problem("error", problem, fix) for problem, fix in
-                        filter_problems(conn, pg.publication, settings.snapshot.filters, pg.stream_filter))
+                        filter_problems(conn, pg.publication, settings.snapshot.filters, stream_filter(pg)))
     info = slots.slot_info(conn, pg.slot)
     database = conn.info.dbname
     if info is not None:
@@ -144,7 +151,7 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
     problems and the tables ``run`` would capture (for the per-table checks)."""
     problems: list[Problem] = []
     selected = pg.table_pairs
-    patterns = pg.pattern_selection
+    patterns = pattern_selection(pg)
     if patterns is not None:
         try:
             selected = resolve_selection(conn, patterns)
@@ -153,7 +160,7 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
             selected = []
     version = conn.info.server_version
     if exists:
-        captured = slots.published_tables(conn, pg.publication, pg.stream_filter)
+        captured = slots.published_tables(conn, pg.publication, stream_filter(pg))
         lacking = sorted(set(selected or []) - member_tables(conn, pg.publication)) \
             if not is_all_tables(conn, pg.publication) else []
         names = ", ".join(table_name(schema, name) for schema, name in lacking)
@@ -178,7 +185,7 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
                 f"role {user} cannot create it (FOR ALL TABLES needs a superuser)",
                 f"as a superuser: {create_statement(pg.publication, None, version)} or ALTER ROLE "
                 f"{quote_ident(user)} SUPERUSER; or set postgres.publication_mode to filtered"))
-        return problems, select_tables(catalog_tables(conn), pg.stream_filter or TableSelection(include=None))
+        return problems, select_tables(catalog_tables(conn), stream_filter(pg) or TableSelection(include=None))
     assert selected is not None  # filtered with patterns
     if selected:
         problems.extend(_publication_creation_problems(conn, pg.publication, selected, user))
@@ -454,11 +461,11 @@ def _column_problems(conn: psycopg.Connection[tuple[object, ...]], settings: Set
                      schema: str, name: str) -> list[Problem]:
     """What ``run`` would refuse of ``columns.*`` for this table (encode/columns.py, the same rule):
     an excluded Kafka key column, a truncated column that is not text."""
-    rules = settings.columns.rules()
+    rules = ColumnRules.of(settings.columns)
     if not rules:
         return []
     relation = slots.relation_from_catalog(conn, schema, name, settings.postgres.publication)
-    configured = settings.kafka.message_keys.get((schema, name))
+    configured = message_keys(settings.kafka).get((schema, name))
     keys = configured if configured else usable_key(slots.key_columns(conn, relation.rel_id), relation)
     problem = table_problem(relation, rules, keys,
                             lambda c: codec_for(c.type_oid, c.type_modifier, None, catalog))
@@ -470,7 +477,7 @@ def _message_key_problems(conn: psycopg.Connection[tuple[object, ...]], settings
     """``kafka.message_key_columns`` entries ``run`` would refuse (source/keys.py, the same rule): a
     table not captured, a column it lacks, a column outside its replica identity."""
     problems: list[Problem] = []
-    for (schema, name), columns in settings.kafka.message_keys.items():
+    for (schema, name), columns in message_keys(settings.kafka).items():
         if (schema, name) not in tables:
             problems.append(Problem("error", f"kafka.message_key_columns names {table_name(schema, name)}, which "
                                     "is not captured", "publish the table or remove its entry"))

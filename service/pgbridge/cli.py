@@ -322,13 +322,14 @@ def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresC
     ``postgres.table_include``/``table_exclude`` select now)."""
     from pgbridge.source import slots
     from pgbridge.source.publication import resolve_selection
+    from pgbridge.source.selection import pattern_selection, stream_filter
 
     if slots.publication_exists(conn, pg.publication):
-        return slots.published_tables(conn, pg.publication, pg.stream_filter)
+        return slots.published_tables(conn, pg.publication, stream_filter(pg))
     if pg.table_pairs:
         return pg.table_pairs
-    if pg.pattern_selection is not None:
-        return resolve_selection(conn, pg.pattern_selection)
+    if pattern_selection(pg) is not None:
+        return resolve_selection(conn, pattern_selection(pg))
     raise ConfigError(f"publication {pg.publication} does not exist and neither postgres.tables nor "
                       "postgres.table_include/table_exclude is set",
                       hint="create the publication, or set postgres.tables or the include/exclude patterns")
@@ -336,26 +337,27 @@ def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresC
 
 def _schemas(settings: Settings) -> int:
     from pgbridge.decode.messages import Relation
-    from pgbridge.encode.columns import encoder_for
+    from pgbridge.encode.columns import ColumnRules, encoder_for
     from pgbridge.encode.wire import SingleObjectRegistrar
     from pgbridge.pipeline import numeric_policy
     from pgbridge.publish.routing import TopicRouter
     from pgbridge.source import slots
+    from pgbridge.source.keys import message_keys
     from pgbridge.source.type_catalog import CatalogTypes
 
     pg = settings.postgres
     with slots.connect_sql(pg.dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s) as conn:
         tables = _captured_tables(conn, pg)
 
-        message_keys = settings.kafka.message_keys
+        configured_keys = message_keys(settings.kafka)
 
         def keys(relation: Relation) -> tuple[str, ...]:
-            configured = message_keys.get((relation.namespace, relation.name))
+            configured = configured_keys.get((relation.namespace, relation.name))
             return configured if configured is not None else slots.key_columns(conn, relation.rel_id)
 
         # The same type catalog, key columns and column policies as ``run``, so the schemas printed
         # are the ones run writes.
-        encoder = encoder_for(settings.columns.rules())(
+        encoder = encoder_for(ColumnRules.of(settings.columns))(
             topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
             registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
             type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types),

@@ -34,6 +34,7 @@ from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotMonitor, emit_heartbeat
+from pgbridge.source.selection import stream_filter
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class SnapshotTick:
         if now >= self._next_publication_check:
             self._next_publication_check = now + self._settings.snapshot.publication_check_s
             pg = self._settings.postgres
-            published = table_names(slots.published_tables(self._sql, pg.publication, pg.stream_filter))
+            published = table_names(slots.published_tables(self._sql, pg.publication, stream_filter(pg)))
             snap.check_publication(published, snapshot_new=snapshots_added_tables(self._settings.snapshot.mode))
         if snap.busy:
             snap.tick(self._encode_row, self._keys)

@@ -38,7 +38,7 @@ from pgbridge.config import Settings, ToastConfig, TypesConfig
 from pgbridge.decode.messages import Relation
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
-from pgbridge.encode.columns import PolicyEncoder, encoder_for
+from pgbridge.encode.columns import ColumnRules, PolicyEncoder, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
@@ -67,10 +67,11 @@ from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
-from pgbridge.source.keys import KeyColumns
+from pgbridge.source.keys import KeyColumns, message_keys
 from pgbridge.source.monitor import SlotIdentity, SlotMonitor
 from pgbridge.source.options import negotiate_proto_version, replication_options
 from pgbridge.source.publication import MODE_FILTERED, PublicationSync, prepare_publication
+from pgbridge.source.selection import pattern_selection, stream_filter
 from pgbridge.source.stream import ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
@@ -146,17 +147,17 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             registrar = registry = ConfluentRegistrar.connect(settings.schema_registry)
         else:
             registrar = SingleObjectRegistrar(schema_announcer(publisher, prefix))
-        keys = KeyColumns(sql, settings.kafka.message_keys)
+        keys = KeyColumns(sql, message_keys(settings.kafka))
         keys.check_configured(pg.publication)
-        encoder = encoder_for(settings.columns.rules())(
+        encoder = encoder_for(ColumnRules.of(settings.columns))(
             topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
             toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
             observer=EncodeMetrics(metrics),
-            router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication, pg.stream_filter)))
+            router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication, stream_filter(pg))))
         if isinstance(encoder, PolicyEncoder):
             encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
-                                 for schema, table in slots.published_tables(sql, pg.publication, pg.stream_filter))
+                                 for schema, table in slots.published_tables(sql, pg.publication, stream_filter(pg)))
     except BaseException:
         if repl is not None:
             repl.close()
@@ -177,10 +178,10 @@ class Session:
         self.identity = identity or SlotIdentity()
         self.lease = lease
         self.tracker = AckTracker()
-        stream_filter = settings.postgres.stream_filter
+        selection = stream_filter(settings.postgres)
         self.assembler = TransactionAssembler(memory_bytes=settings.buffer.memory_bytes,
                                               spill_dir=settings.buffer.spill_dir,
-                                              capture=None if stream_filter is None else CaptureFilter(stream_filter))
+                                              capture=None if selection is None else CaptureFilter(selection))
         self.reporter = ProgressReporter(self.tracker, metrics, self.identity,
                                          status_interval_s=settings.postgres.status_interval_s,
                                          stall_s=settings.watchdog.stall_s)
@@ -201,13 +202,13 @@ class Session:
     def open(self) -> None:
         pg = self.settings.postgres
         conn = self.conn = open_session(self.settings, self.assembler, self.publisher, self.metrics)
-        validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, pg.stream_filter)
+        validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, stream_filter(pg))
         records = self.progress.load()
         snapshotter = self.incremental = IncrementalSnapshotter(
             dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
             chunk_rows=self.settings.snapshot.chunk_rows, signal_prefix=self.settings.snapshot.signal_prefix,
             progress=self.progress, metrics=self.metrics, connect_timeout_s=pg.connect_timeout_s,
-            filters=self.settings.snapshot.filters, selection=self.settings.postgres.stream_filter)
+            filters=self.settings.snapshot.filters, selection=stream_filter(self.settings.postgres))
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
@@ -223,7 +224,7 @@ class Session:
                               walsender_pid=conn.repl.pgconn.backend_pid)
         self._jobs += [SlotCheck(monitor, conn.sql, self.reporter),
                        Heartbeat(conn.sql, self.metrics, pg.heartbeat_interval_s)]
-        patterns = pg.pattern_selection
+        patterns = pattern_selection(pg)
         if patterns is not None and pg.publication_mode == MODE_FILTERED:  # before the tick: it sees them
             self._between_transactions.append(PublicationSync(conn.sql, pg.publication, patterns,
                                                               self.settings.snapshot.publication_check_s))
@@ -274,12 +275,12 @@ class Session:
             log.info("slot created", extra={"slot": created.name,
                                             "consistent_point": format_lsn(created.consistent_point)})
             if action is StartAction.CREATE_WITH_SCHEMAS:
-                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, pg.stream_filter,
+                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, stream_filter(pg),
                                          skip=frozenset(self.settings.outbox.table_names))
                 log.info("snapshot.mode=no_data: topics and writer schemas published, no rows",
                          extra={"topics": topics})
             self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,
-                                                                                 pg.stream_filter)))
+                                                                                 stream_filter(pg))))
             return
         tables = run_initial_snapshot(
             dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot, pending=pending,
@@ -287,7 +288,7 @@ class Session:
             progress=self.progress, records=records,
             make_sink=lambda lsn: SnapshotSink(dispatcher, self.progress, lsn),
             metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
-            selection=pg.stream_filter)
+            selection=stream_filter(pg))
         self.incremental.set_known_tables(tables)
         if mode == "initial_only":
             created_slot = slots.slot_info(conn.sql, pg.slot)

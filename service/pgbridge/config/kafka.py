@@ -16,7 +16,7 @@ from pydantic_settings import (
 
 from pgbridge.config.base import _Section
 from pgbridge.identifiers import normalize_table, parse_table, split_table_list
-from pgbridge.source.keys import MessageKeys
+from pgbridge.topic_routes import template_problem
 
 # Schema Registry request timeout (see SchemaRegistryConfig.timeout_s).
 DEFAULT_REGISTRY_TIMEOUT_S: Final = 10.0
@@ -41,8 +41,6 @@ class TopicRoute(_Section):
 
     @model_validator(mode="after")
     def _valid(self) -> TopicRoute:
-        from pgbridge.publish.routing import template_problem
-
         problem = template_problem(self.match, self.topic)
         if problem is not None:
             raise ValueError(problem)
@@ -103,11 +101,6 @@ class KafkaConfig(_Section):
                 raise ValueError(f"{table}: list its key columns, each once (names as the catalog has them)")
             out[normalize_table(table)] = columns  # IdentifierError is a ValueError
         return out
-
-    @property
-    def message_keys(self) -> MessageKeys:
-        """``message_key_columns`` by ``(schema, table)`` as the catalog has them."""
-        return {parse_table(table): tuple(columns) for table, columns in self.message_key_columns.items()}
 
 
 class OutboxConfig(_Section):

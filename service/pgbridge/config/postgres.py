@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -18,7 +19,6 @@ from pydantic_settings import (
 
 from pgbridge.config.base import _Section
 from pgbridge.identifiers import normalize_table, parse_table, split_table_list
-from pgbridge.source.selection import TableSelection, compile_patterns, split_patterns
 
 # Standby status updates at least this often: well under the server's default wal_sender_timeout
 # (60 s), and often enough that confirmed_flush_lsn trails delivery by seconds, not minutes.
@@ -30,6 +30,12 @@ DEFAULT_SLOT_CHECK_INTERVAL_S: Final = 10.0
 # server position when nothing is outstanding. Turn them on (e.g. 60 s) for a database with no WAL
 # traffic of its own on a server whose other databases keep writing (RDS, shared clusters).
 DEFAULT_HEARTBEAT_INTERVAL_S: Final = 0.0
+
+
+def split_patterns(text: str) -> list[str]:
+    """A comma list of patterns (the environment form). A pattern that contains a comma itself
+    (``x{1,3}``) must be given as a YAML list or a JSON array instead."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 class PostgresConfig(_Section):
@@ -72,8 +78,12 @@ class PostgresConfig(_Section):
     @field_validator("table_include", "table_exclude")
     @classmethod
     def _valid_patterns(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        if value is not None:
-            compile_patterns(value, key=f"postgres.{info.field_name}")  # re.error as ValueError
+        for pattern in value or ():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"postgres.{info.field_name}: {pattern!r} is not a valid regular expression "
+                                 f"({exc})") from None
         return value
 
     @model_validator(mode="after")
@@ -83,25 +93,6 @@ class PostgresConfig(_Section):
             raise ValueError(f"postgres.tables and postgres.{other} cannot both be set: list exact tables in "
                              f"postgres.tables, or select by pattern with postgres.table_include/table_exclude")
         return self
-
-    @property
-    def pattern_selection(self) -> TableSelection | None:
-        """``table_include`` / ``table_exclude`` compiled; ``None`` when neither is set."""
-        if self.table_include is None and not self.table_exclude:
-            return None
-        return TableSelection.from_patterns(self.table_include, self.table_exclude)
-
-    @property
-    def stream_filter(self) -> TableSelection | None:
-        """What the in-stream filter keeps (assemble/capture.py): the patterns; or ``postgres.tables``
-        when the publication may hold more (``all_tables``, ``disabled``); else ``None`` (with
-        ``filtered`` and ``postgres.tables`` the publication is used as it is, as before)."""
-        patterns = self.pattern_selection
-        if patterns is not None:
-            return patterns
-        if self.tables is not None and self.publication_mode != "filtered":
-            return TableSelection.from_names(self.table_pairs or [])
-        return None
 
     @field_validator("tables", mode="before")
     @classmethod

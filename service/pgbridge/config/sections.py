@@ -15,8 +15,6 @@ from pydantic import (
 )
 
 from pgbridge.config.base import _Section
-from pgbridge.encode.columns import ColumnRules
-from pgbridge.encode.envelope import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.identifiers import normalize_table
 
 # Per buffered (streamed or prepared) transaction, bytes held in memory before spilling to disk.
@@ -28,6 +26,9 @@ DEFAULT_STANDBY_RETRY_S: Final = 1.0
 # A leader whose host vanished without closing its socket loses the lock (idle_session_timeout on
 # the lock's session) after this long; well above the leader's 1 s keep-alive query.
 DEFAULT_LEASE_S: Final = 10.0
+# A few thousand rows of a few TOASTed kilobytes each: tens of MiB at most, and the hot rows of a
+# table that updates small columns next to big ones are what the cache is for.
+DEFAULT_TOAST_CACHE_ROWS: Final = 2_000
 # A minute without any progress while work waits: longer than any healthy pause (a broker leader
 # election, a registry retry, a Postgres checkpoint), shorter than a delivery timeout chain.
 DEFAULT_STALL_S: Final = 60.0
@@ -153,10 +154,6 @@ class ColumnsConfig(_Section):
             raise ValueError("columns.hash needs columns.hash_salt (PGBRIDGE_COLUMNS__HASH_SALT), a secret "
                              "string that makes the digests unguessable from the values")
         return self
-
-    def rules(self) -> ColumnRules:
-        return ColumnRules.compile(exclude=self.exclude, hash=self.hash, mask=self.mask, truncate=self.truncate,
-                                   hash_salt=self.hash_salt.get_secret_value() if self.hash_salt else "")
 
 
 class HttpConfig(_Section):

@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.decode.messages import KIND_BINARY, KIND_TEXT, Column, Relation, TupleData
@@ -28,6 +28,9 @@ from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, O
 from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.errors import ConfigError
 from pgbridge.identifiers import quote_ident
+
+if TYPE_CHECKING:
+    from pgbridge.config import ColumnsConfig
 
 Action = Literal["exclude", "hash", "mask", "truncate"]
 
@@ -66,6 +69,12 @@ class ColumnRules:
 
     def __bool__(self) -> bool:
         return bool(self.exclude or self.hash or self.mask or self.truncate)
+
+    @classmethod
+    def of(cls, config: ColumnsConfig) -> ColumnRules:
+        """The ``columns`` section compiled (its validation already refused a bad pattern)."""
+        return cls.compile(exclude=config.exclude, hash=config.hash, mask=config.mask, truncate=config.truncate,
+                           hash_salt=config.hash_salt.get_secret_value() if config.hash_salt else "")
 
     def rule_for(self, schema: str, table: str, column: str) -> ColumnRule | None:
         names = column_names(schema, table, column)

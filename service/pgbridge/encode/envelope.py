@@ -33,6 +33,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from pgbridge import native as _native_switch
 from pgbridge.assemble.units import RowChange, TruncateChange
+from pgbridge.config import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.decode.messages import (
     IDENTITY_FULL,
     IDENTITY_INDEX,
@@ -123,10 +124,6 @@ TOAST_OLD_TUPLE: Final = "old_tuple"
 TOAST_CACHE: Final = "cache"
 """Fill them from the old row, else from a bounded local cache of the last row seen per key."""
 TOAST_POLICIES: Final = (TOAST_MARKER, TOAST_OLD_TUPLE, TOAST_CACHE)
-
-# A few thousand rows of a few TOASTed kilobytes each: tens of MiB at most, and the hot rows of a
-# table that updates small columns next to big ones are what the cache is for.
-DEFAULT_TOAST_CACHE_ROWS: Final = 2_000
 
 
 @dataclass(frozen=True, slots=True)

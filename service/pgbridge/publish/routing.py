@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from pgbridge.errors import ConfigError, FatalError
 from pgbridge.publish.topics import MAX_TOPIC_LENGTH, table_topic, topic_name
+from pgbridge.topic_routes import routed_name_problem
 
 if TYPE_CHECKING:
     from pgbridge.config import KafkaConfig, TopicRoute
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 OPERATIONS: Final = ("c", "u", "d", "t")
 # The key field naming the real table on a topic that holds several tables: "schema.table".
 TABLE_KEY_FIELD: Final = "__pgbridge_table"
-_ROUTED_NAME: Final = re.compile(r"[A-Za-z0-9-][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)+")
 
 
 class PublishFilter(NamedTuple):
@@ -59,36 +59,6 @@ def row_records(records: list[OutRecord], op: str, tombstones_on_delete: bool) -
 
 
 # --- topic routes ---------------------------------------------------------------------------------
-
-
-def routed_name_problem(name: str) -> str | None:
-    """Why ``name`` (what a route puts after ``{prefix}.``) cannot be a routed table topic, or None.
-
-    It must be two or more dot-separated parts of Kafka's characters, so it can never be one of
-    pgbridge's own topics (``messages``, ``transactions``: one part) and the Spark mirror's
-    ``{prefix}\\.[^.]+\\..+`` pattern sees it; and it must not start with ``_``: ``{prefix}._*``
-    is internal to pgbridge (contract, Topics)."""
-    if name.startswith("_"):
-        return f"{name!r} starts with _, and {{prefix}}._* topics are internal to pgbridge"
-    if not _ROUTED_NAME.fullmatch(name):
-        return (f"{name!r} is not two or more dot-separated parts of A-Z a-z 0-9 . _ - "
-                "(e.g. sales.orders)")
-    return None
-
-
-def template_problem(match: str, topic: str) -> str | None:
-    """What is wrong with a route as written (before any table is known), or None."""
-    try:
-        pattern = re.compile(match)
-    except re.error as exc:
-        return f"match {match!r} is not a regular expression ({exc})"
-    references = [int(g) for g in re.findall(r"\\(\d+)", topic)]
-    if any(g > pattern.groups for g in references):
-        return f"topic {topic!r} refers to a group that match {match!r} does not have ({pattern.groups} groups)"
-    literal = re.sub(r"\\\d+", "x", topic)
-    if "\\" in literal:
-        return f"topic {topic!r}: only \\1, \\2, ... may refer to the match's groups"
-    return routed_name_problem(literal)
 
 
 class Route(NamedTuple):

@@ -218,7 +218,7 @@ class IncrementalSnapshotter:
                  filters: Mapping[str, str] | None = None, selection: TableSelection | None = None) -> None:
         self._dsn = dsn
         self._filters = dict(filters or {})  # snapshot.filters by canonical table name
-        # postgres.table_include/exclude (PostgresConfig.stream_filter): a signal naming a table the
+        # postgres.table_include/exclude (source/selection.py stream_filter): a signal naming a table the
         # stream filter drops must not publish its rows
         self._selection = selection
         self.slot = slot

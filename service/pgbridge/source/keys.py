@@ -11,17 +11,25 @@ table that cannot supply them is a configuration error, refused at start (``chec
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import psycopg
 
 from pgbridge.decode.messages import IDENTITY_FULL, Relation
 from pgbridge.errors import ConfigError, SourceUnavailable
-from pgbridge.identifiers import table_name
+from pgbridge.identifiers import parse_table, table_name
+
+if TYPE_CHECKING:
+    from pgbridge.config import KafkaConfig
 from pgbridge.source import slots
 
 MessageKeys = Mapping[tuple[str, str], tuple[str, ...]]
 """``(schema, table)`` as the catalog has them → the Kafka key columns configured for it."""
+
+
+def message_keys(kafka: KafkaConfig) -> MessageKeys:
+    """``kafka.message_key_columns`` by ``(schema, table)`` as the catalog has them."""
+    return {parse_table(table): tuple(columns) for table, columns in kafka.message_key_columns.items()}
 
 
 class KeyColumns:

@@ -22,7 +22,13 @@ from pgbridge.config import PostgresConfig
 from pgbridge.errors import ConfigError, FatalError
 from pgbridge.identifiers import table_name
 from pgbridge.source import slots
-from pgbridge.source.selection import CatalogTable, TableSelection, is_system_schema, select_tables
+from pgbridge.source.selection import (
+    CatalogTable,
+    TableSelection,
+    is_system_schema,
+    pattern_selection,
+    select_tables,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +77,7 @@ def prepare_publication(conn: SqlConn, pg: PostgresConfig) -> None:
 
     With patterns they are resolved first, so a selection that matches nothing fails at start.
     """
-    selection = pg.pattern_selection
+    selection = pattern_selection(pg)
     selected = resolve_selection(conn, selection) if selection is not None else pg.table_pairs
     version = conn.info.server_version
     exists = slots.publication_exists(conn, pg.publication)

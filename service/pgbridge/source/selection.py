@@ -10,7 +10,8 @@ and no exclude pattern.
 Selection is resolved against the catalog to what the publication gets: ordinary and partitioned
 tables only, never a system schema, and never a partition on its own, because a partitioned table
 is one table (the contract) captured through its root. Pure functions, no I/O (the catalog query
-is in source/publication.py).
+is in source/publication.py). Built from the ``postgres`` section (``pattern_selection``,
+``stream_filter``), whose validation already refused a pattern that does not compile.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pgbridge.config import PostgresConfig
 
 # Schemas whose tables are Postgres' own; never captured whatever the patterns say.
 SYSTEM_SCHEMAS: Final = frozenset({"pg_catalog", "information_schema", "pg_toast"})
@@ -28,23 +32,6 @@ _TEMPORARY_SCHEMA: Final = re.compile(r"pg_(toast_)?temp_\d+")
 
 def is_system_schema(schema: str) -> bool:
     return schema in SYSTEM_SCHEMAS or _TEMPORARY_SCHEMA.fullmatch(schema) is not None
-
-
-def compile_patterns(patterns: Iterable[str], *, key: str) -> tuple[re.Pattern[str], ...]:
-    """Each pattern compiled; a bad one raises ``ValueError`` naming ``key``, the pattern and why."""
-    compiled = []
-    for pattern in patterns:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise ValueError(f"{key}: {pattern!r} is not a valid regular expression ({exc})") from None
-    return tuple(compiled)
-
-
-def split_patterns(text: str) -> list[str]:
-    """A comma list of patterns (the environment form). A pattern that contains a comma itself
-    (``x{1,3}``) must be given as a YAML list or a JSON array instead."""
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 @dataclass(slots=True, eq=False)
@@ -59,8 +46,8 @@ class TableSelection:
 
     @classmethod
     def from_patterns(cls, include: Iterable[str] | None, exclude: Iterable[str] = ()) -> TableSelection:
-        return cls(include=None if include is None else compile_patterns(include, key="postgres.table_include"),
-                   exclude=compile_patterns(exclude, key="postgres.table_exclude"))
+        return cls(include=None if include is None else tuple(re.compile(p) for p in include),
+                   exclude=tuple(re.compile(p) for p in exclude))
 
     @classmethod
     def from_names(cls, tables: Iterable[tuple[str, str]]) -> TableSelection:
@@ -91,6 +78,25 @@ class TableSelection:
         if self.exclude:
             text += f", postgres.table_exclude {', '.join(p.pattern for p in self.exclude)}"
         return text
+
+
+def pattern_selection(pg: PostgresConfig) -> TableSelection | None:
+    """``table_include`` / ``table_exclude`` compiled; ``None`` when neither is set."""
+    if pg.table_include is None and not pg.table_exclude:
+        return None
+    return TableSelection.from_patterns(pg.table_include, pg.table_exclude)
+
+
+def stream_filter(pg: PostgresConfig) -> TableSelection | None:
+    """What the in-stream filter keeps (assemble/capture.py): the patterns; or ``postgres.tables``
+    when the publication may hold more (``all_tables``, ``disabled``); else ``None`` (with
+    ``filtered`` and ``postgres.tables`` the publication is used as it is, as before)."""
+    patterns = pattern_selection(pg)
+    if patterns is not None:
+        return patterns
+    if pg.tables is not None and pg.publication_mode != "filtered":
+        return TableSelection.from_names(pg.table_pairs or [])
+    return None
 
 
 @dataclass(frozen=True, slots=True)

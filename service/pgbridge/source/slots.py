@@ -188,7 +188,7 @@ def partitioned_published_separately(conn: psycopg.Connection[tuple[object, ...]
 
 def published_tables(conn: psycopg.Connection[tuple[object, ...]], publication: str,
                      selection: TableSelection | None = None) -> list[tuple[str, str]]:
-    """The tables the publication publishes; with ``selection`` (``PostgresConfig.stream_filter``)
+    """The tables the publication publishes; with ``selection`` (``selection.stream_filter``)
     only the selected ones, so snapshots never read a table the stream filter drops."""
     rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"
                         " ORDER BY 1, 2", (publication,)).fetchall()

@@ -229,7 +229,7 @@ def test_the_columns_section_reads_json_from_the_environment() -> None:
                                       "PGBRIDGE_COLUMNS__TRUNCATE": r'{"public\\.t\\.c": 0}',
                                       "PGBRIDGE_COLUMNS__HASH": r'["public\\.t\\.d"]',
                                       "PGBRIDGE_COLUMNS__HASH_SALT": SALT})
-    r = settings.columns.rules()
+    r = ColumnRules.of(settings.columns)
     assert [r.rule_for("public", "t", c) for c in "abcd"] == [
         ColumnRule("exclude"), ColumnRule("mask", 3), ColumnRule("truncate", 0), ColumnRule("hash")]
     assert SALT not in repr(settings)

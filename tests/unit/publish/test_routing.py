@@ -20,9 +20,9 @@ from pgbridge.publish.routing import (
     Route,
     TopicRouter,
     row_records,
-    template_problem,
     with_table_field,
 )
+from pgbridge.topic_routes import template_problem
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
 BASE = {"PGBRIDGE_POSTGRES__DSN": "host=x", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092"}

@@ -14,7 +14,7 @@ from pgbridge.decode.messages import Column, Relation, TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar
 from pgbridge.errors import ConfigError
 from pgbridge.lsn import Lsn
-from pgbridge.source.keys import KeyColumns, message_key
+from pgbridge.source.keys import KeyColumns, message_key, message_keys
 from tests.unit.encode.avro_helpers import SchemaLog
 
 
@@ -77,7 +77,7 @@ def test_the_setting_reads_json_and_canonicalises_table_names() -> None:
     settings = load_settings(environ={**BASE, "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS":
                                       '{"Public.\\"Orders\\"": ["tenant", "id"], "s.t": ["a"]}'})
     assert settings.kafka.message_key_columns == {'public."Orders"': ["tenant", "id"], "s.t": ["a"]}
-    assert settings.kafka.message_keys == {("public", "Orders"): ("tenant", "id"), ("s", "t"): ("a",)}
+    assert message_keys(settings.kafka) == {("public", "Orders"): ("tenant", "id"), ("s", "t"): ("a",)}
 
 
 @pytest.mark.parametrize("value", ['{"public.t": []}', '{"public.t": ["a", "a"]}', '{"no_schema": ["a"]}'])

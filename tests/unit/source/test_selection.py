@@ -9,13 +9,14 @@ import pytest
 from pydantic import ValidationError
 
 from pgbridge.config import PostgresConfig
+from pgbridge.config.postgres import split_patterns
 from pgbridge.source.publication import create_statement
 from pgbridge.source.selection import (
     CatalogTable,
     TableSelection,
     is_system_schema,
     select_tables,
-    split_patterns,
+    stream_filter,
 )
 
 
@@ -102,11 +103,11 @@ def test_publication_mode_is_validated() -> None:
 
 
 def test_the_stream_filter_is_the_patterns_or_the_tables_outside_filtered_mode() -> None:
-    assert _config().stream_filter is None
-    assert _config(tables="public.a").stream_filter is None  # filtered: the publication as it is, as before
-    exact = _config(tables="public.a", publication_mode="all_tables").stream_filter
+    assert stream_filter(_config()) is None
+    assert stream_filter(_config(tables="public.a")) is None  # filtered: the publication as it is, as before
+    exact = stream_filter(_config(tables="public.a", publication_mode="all_tables"))
     assert exact is not None and exact.matches("public", "a") and not exact.matches("public", "b")
-    patterns = _config(table_exclude="public.b", publication_mode="disabled").stream_filter
+    patterns = stream_filter(_config(table_exclude="public.b", publication_mode="disabled"))
     assert patterns is not None and patterns.matches("public", "a") and not patterns.matches("public", "b")
 
 
