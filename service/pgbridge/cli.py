@@ -328,8 +328,9 @@ def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresC
         return slots.published_tables(conn, pg.publication, stream_filter(pg))
     if pg.table_pairs:
         return pg.table_pairs
-    if pattern_selection(pg) is not None:
-        return resolve_selection(conn, pattern_selection(pg))
+    patterns = pattern_selection(pg)
+    if patterns is not None:
+        return resolve_selection(conn, patterns)
     raise ConfigError(f"publication {pg.publication} does not exist and neither postgres.tables nor "
                       "postgres.table_include/table_exclude is set",
                       hint="create the publication, or set postgres.tables or the include/exclude patterns")
