@@ -2,8 +2,9 @@
 
 ``types`` maps Postgres types to Avro (one module per type family), ``naming`` makes Avro names
 of Postgres names, ``schemas`` builds writer schemas from ``schemas/*.avsc`` and each Relation,
-``envelope`` writes the records (``ChangeEncoder``), ``wire`` holds the Avro binary primitives,
-fingerprints and the framing (single-object now, a Schema Registry later through
+``envelope`` writes the records (``ChangeEncoder``) with one ``plan`` per Relation version (the
+bytes of its rows, keys and envelopes) and ``toast`` (unchanged TOASTed columns), ``wire`` holds
+the Avro binary primitives, fingerprints and the framing (single-object now, a Schema Registry later through
 ``SchemaRegistrar``). Nothing here does I/O except through the registrar it is given.
 """
 

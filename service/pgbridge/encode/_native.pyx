@@ -1,16 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled row writer: a row of pgoutput values (text or binary) → the Avro bytes of the envelope.
 
-The pure-Python encoder (``envelope._TablePlan.write_row`` and ``ChangeEncoder._envelope``) is the
+The pure-Python encoder (``plan.TablePlan.write_row`` and ``TablePlan.envelope``) is the
 reference and the fallback; this module must write exactly the same bytes (``tests/unit/encode/
 test_native.py`` compares them over generated values). Each column carries a small code naming a
-conversion done here in C (``envelope.native_code`` chooses it from the codec); anything the fast
+conversion done here in C (``plan.native_code`` chooses it from the codec); anything the fast
 parser does not recognise as Postgres's canonical output (a sign it never prints, a year outside
 1000-9999, ``NaN``, ``BC``...) goes to the column's Python field encoder instead, so the C side only
 ever handles values whose result it can compute exactly.
 
 Binary (``postgres.binary``) values of integers, floats, bool, ``numeric(p,s)``, timestamps, dates
-and text-like types are converted here too (``envelope.native_binary_code``). ``encode_envelope`` returns ``None`` when a row holds an
+and text-like types are converted here too (``plan.native_binary_code``). ``encode_envelope`` returns ``None`` when a row holds an
 unchanged-TOAST column: the Python path handles those (they need per-column bookkeeping). A value
 its field cannot hold (``infinity``, ``NaN``, ...) makes the column's Python field encoder raise
 ``Unrepresentable``; it leaves this module and the caller writes the whole envelope in Python,
@@ -27,7 +27,7 @@ from libc.string cimport memcpy
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char *s, char **endptr, object overflow_exception) except? -1.0
 
-# Codes (``envelope.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
+# Codes (``plan.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
 cdef enum:
     C_FALLBACK = 0
     C_STRING = 1
@@ -573,7 +573,7 @@ cdef int write_image(Buf *b, object image, Columns row) except -1:
 def encode_envelope(bytes header, object before, object after, Columns row, bytes op, bytes source_head,
                     int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
                     int64_t total_order, int64_t collection_order):
-    """The framed envelope (see ``ChangeEncoder._envelope``), or ``None`` for the Python path."""
+    """The framed envelope (see ``TablePlan.envelope``), or ``None`` for the Python path."""
     cdef char stack[STACK]
     cdef Buf b
     buf_init(&b, stack, STACK)

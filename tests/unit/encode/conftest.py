@@ -2,4 +2,4 @@ from __future__ import annotations
 
 from tests.support.kernels import kernel_fixture
 
-kernel = kernel_fixture("pgbridge.encode.envelope", "pgbridge.encode._native")
+kernel = kernel_fixture("pgbridge.encode.plan", "pgbridge.encode._native")

@@ -14,7 +14,7 @@ from typing import NamedTuple, get_args
 
 import pytest
 
-from pgbridge.encode.envelope import native_binary_code, native_code
+from pgbridge.encode.plan import native_binary_code, native_code
 from pgbridge.encode.types import (
     ARRAY_ELEMENTS,
     BUILTIN_TYPES,

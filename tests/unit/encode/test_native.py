@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from pgbridge.assemble.units import RowChange
 from pgbridge.decode.messages import IDENTITY_FULL, Relation, TupleData
-from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar, envelope
-from pgbridge.encode.envelope import native_binary_code, native_code
+from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar, plan
+from pgbridge.encode.plan import native_binary_code, native_code
 from pgbridge.encode.schemas import column_codecs
 from pgbridge.lsn import Lsn
 from tests.support.kernels import compiled
@@ -31,7 +31,7 @@ from tests.unit.encode.avro_helpers import SchemaLog, relation
 @pytest.fixture(autouse=True)
 def kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Overrides the package's two-way fixture: these tests compare the two ways themselves."""
-    monkeypatch.setattr(envelope, "_native", compiled("pgbridge.encode._native"))
+    monkeypatch.setattr(plan, "_native", compiled("pgbridge.encode._native"))
     yield "native"
 
 
