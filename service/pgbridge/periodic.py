@@ -10,19 +10,23 @@ Each job is a small unit with one reason to exist; the session calls them from h
 * ``Heartbeat``: a logical message into this database's WAL so a quiet slot's confirmed LSN follows
   a busy server;
 * ``SnapshotTick`` (between transactions only): incremental snapshot chunks and tables new in the
-  publication.
+  publication;
+* ``AssemblerGauges`` (every housekeeping, after the progress report): the assembler's buffered and
+  spilled bytes and transaction outcomes as metrics.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Final
 
 import psycopg
 
 from pgbridge.ack.progress import ProgressReporter
-from pgbridge.config import Settings
+from pgbridge.assemble.transaction import TransactionAssembler
+from pgbridge.config import PostgresConfig, Settings
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.lsn import Lsn
@@ -34,11 +38,14 @@ from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotMonitor, emit_heartbeat
-from pgbridge.source.selection import stream_filter
+from pgbridge.source.publication import MODE_FILTERED, PublicationSync
+from pgbridge.source.selection import pattern_selection, stream_filter
 
 log = logging.getLogger(__name__)
 
 SqlConn = psycopg.Connection[tuple[object, ...]]
+# A job: called with ``time.monotonic()``, it decides itself whether it is due.
+Job = Callable[[float], None]
 
 KAFKA_PROBE_INTERVAL_S: Final = 2.0
 KAFKA_PROBE_TIMEOUT_S: Final = 0.5
@@ -122,3 +129,46 @@ class SnapshotTick:
         ctx = EventContext(commit_lsn=high_lsn, xid=0, ts_us=int(time.time() * 1_000_000), origin=None,
                            total_order=0, collection_order=0, snapshot=True)
         return self._encoder.encode_snapshot_row(relation, row, ctx)
+
+
+def streaming_jobs(pg: PostgresConfig, sql: SqlConn, reporter: ProgressReporter, metrics: Metrics,
+                   walsender_pid: int) -> list[Job]:
+    """The jobs that start with streaming: the slot check (its monitor knows our walsender's pid, to
+    tell us from another consumer of the slot) and the heartbeat."""
+    monitor = SlotMonitor(pg.slot, metrics, interval_s=pg.slot_check_interval_s, walsender_pid=walsender_pid)
+    return [SlotCheck(monitor, sql, reporter), Heartbeat(sql, metrics, pg.heartbeat_interval_s)]
+
+
+def between_transaction_jobs(settings: Settings, sql: SqlConn, snapshotter: IncrementalSnapshotter,
+                             progress: ProgressStore, encoder: ChangeEncoder, keys: KeyColumns) -> list[Job]:
+    """The jobs run only between transactions, in order: a filtered publication with patterns is
+    synced first, so the snapshot tick sees the tables the sync added."""
+    pg = settings.postgres
+    jobs: list[Job] = []
+    patterns = pattern_selection(pg)
+    if patterns is not None and pg.publication_mode == MODE_FILTERED:  # before the tick: it sees them
+        jobs.append(PublicationSync(sql, pg.publication, patterns, settings.snapshot.publication_check_s))
+    jobs.append(SnapshotTick(settings, sql, snapshotter, progress, encoder, keys))
+    return jobs
+
+
+class AssemblerGauges:
+    """The assembler keeps running totals; the metrics get what grew since the last call."""
+
+    def __init__(self, assembler: TransactionAssembler, metrics: Metrics) -> None:
+        self._assembler = assembler
+        self._metrics = metrics
+        self._spilled_seen = 0
+        self._outcomes_seen: dict[str, int] = {}
+
+    def __call__(self) -> None:
+        assembler, metrics = self._assembler, self._metrics
+        metrics.buffered_bytes.set(assembler.buffered_bytes)
+        spilled = assembler.spilled_bytes_total
+        if spilled > self._spilled_seen:
+            metrics.spilled_bytes.inc(spilled - self._spilled_seen)
+            self._spilled_seen = spilled
+        for outcome, total in assembler.outcome_totals.items():
+            if total > self._outcomes_seen.get(outcome, 0):
+                metrics.transactions.labels(outcome).inc(total - self._outcomes_seen.get(outcome, 0))
+                self._outcomes_seen[outcome] = total

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import psycopg
@@ -35,7 +35,6 @@ from pgbridge.ack.tracker import AckTracker
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import Settings, ToastConfig, TypesConfig
-from pgbridge.decode.messages import Relation
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
 from pgbridge.encode.columns import ColumnRules, PolicyEncoder, encoder_for
@@ -52,7 +51,7 @@ from pgbridge.health import Health
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, format_lsn
 from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
-from pgbridge.periodic import Heartbeat, KafkaProbe, SlotCheck, SnapshotTick
+from pgbridge.periodic import AssemblerGauges, Job, KafkaProbe, between_transaction_jobs, streaming_jobs
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.outbox import outbox_router
 from pgbridge.publish.producer import KafkaPublisher
@@ -62,16 +61,25 @@ from pgbridge.publish.snapshot_sink import SnapshotSink
 from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
-from pgbridge.snapshot.modes import SnapshotOnlyFinished, StartAction, announce_tables, decide_start
+from pgbridge.snapshot.modes import (
+    SnapshotOnlyFinished,
+    StartAction,
+    announce_tables,
+    create_slot,
+    initial_only_finished,
+    open_slot,
+    pending_slot,
+    prepare_topic,
+)
 from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
 from pgbridge.source.keys import KeyColumns, message_keys
-from pgbridge.source.monitor import SlotIdentity, SlotMonitor
+from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.options import negotiate_proto_version, replication_options
-from pgbridge.source.publication import MODE_FILTERED, PublicationSync, prepare_publication
-from pgbridge.source.selection import pattern_selection, stream_filter
+from pgbridge.source.publication import prepare_publication
+from pgbridge.source.selection import stream_filter
 from pgbridge.source.stream import ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
@@ -193,10 +201,9 @@ class Session:
         self.incremental: IncrementalSnapshotter | None = None
         self.stream: ReplicationStream | None = None
         self.decoder: PgoutputDecoder | None = None
-        self._jobs: list[Callable[[float], None]] = [KafkaProbe(self.publisher)]
-        self._between_transactions: list[Callable[[float], None]] = []
-        self._spilled_seen = 0
-        self._outcomes_seen: dict[str, int] = {}
+        self._jobs: list[Job] = [KafkaProbe(self.publisher)]
+        self._between_transactions: list[Job] = []
+        self._gauges = AssemblerGauges(self.assembler, metrics)
 
     # -- set-up ------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -220,16 +227,9 @@ class Session:
         dispatcher.position = self.publisher.start_transactions()
         conn.repl.start_replication(pg.slot, INVALID_LSN, conn.options)
         self.identity.streaming()
-        monitor = SlotMonitor(pg.slot, self.metrics, interval_s=pg.slot_check_interval_s,
-                              walsender_pid=conn.repl.pgconn.backend_pid)
-        self._jobs += [SlotCheck(monitor, conn.sql, self.reporter),
-                       Heartbeat(conn.sql, self.metrics, pg.heartbeat_interval_s)]
-        patterns = pattern_selection(pg)
-        if patterns is not None and pg.publication_mode == MODE_FILTERED:  # before the tick: it sees them
-            self._between_transactions.append(PublicationSync(conn.sql, pg.publication, patterns,
-                                                              self.settings.snapshot.publication_check_s))
-        self._between_transactions.append(
-            SnapshotTick(self.settings, conn.sql, snapshotter, self.progress, conn.encoder, conn.keys))
+        self._jobs += streaming_jobs(pg, conn.sql, self.reporter, self.metrics, conn.repl.pgconn.backend_pid)
+        self._between_transactions += between_transaction_jobs(self.settings, conn.sql, snapshotter, self.progress,
+                                                               conn.encoder, conn.keys)
         self.stream = ReplicationStream(conn.repl)
         self.decoder = PgoutputDecoder(conn.proto)
         self.health.streaming = True
@@ -242,48 +242,21 @@ class Session:
         """An existing slot is checked (ours, not in use, not moved by someone else); a missing one is
         created as ``snapshot.mode`` says (snapshot/modes.py decides, snapshot/initial.py snapshots)."""
         assert self.incremental is not None
-        pg = self.settings.postgres
-        mode = self.settings.snapshot.mode
-        pending = f"{pg.slot}_snapshot"[:63]
-        info = slots.slot_info(conn.sql, pg.slot)
-        action = decide_start(mode, slot_exists=info is not None,
-                              wal_status=None if info is None else info.wal_status)
-        if info is not None and action is StartAction.RECREATE_AND_SNAPSHOT:
-            log.warning("replication slot was invalidated (the WAL it needs was removed); snapshot.mode="
-                        "when_needed drops it and takes a new initial snapshot",
-                        extra={"slot": pg.slot, "wal_status": info.wal_status,
-                               "restart_lsn": None if info.restart_lsn is None else format_lsn(info.restart_lsn)})
-            slots.drop_slot(conn.sql, pg.slot)
-            info = None
-        if info is not None:
-            slots.validate_slot(info, database=conn.database)
-            if info.active:
-                raise SlotInUse(f"replication slot {pg.slot} is in use by pid {info.active_pid}; "
-                                "waiting for it to be released")
-            self.identity.verify_on_open(pg.slot, info.confirmed_flush_lsn)
-            if slots.slot_info(conn.sql, pending) is not None:
-                slots.drop_slot(conn.sql, pending)
-            if action is StartAction.EXIT:
-                raise SnapshotOnlyFinished(f"replication slot {pg.slot} exists, so its initial snapshot was taken "
-                                           "before; snapshot.mode=initial_only has nothing to do")
+        pg, mode = self.settings.postgres, self.settings.snapshot.mode
+        action = open_slot(conn.sql, pg.slot, mode, database=conn.database, identity=self.identity)
+        if action is StartAction.STREAM:
             return
-        self.identity.missing(pg.slot)
         if action in (StartAction.CREATE, StartAction.CREATE_WITH_SCHEMAS):
-            if slots.slot_info(conn.sql, pending) is not None:
-                slots.drop_slot(conn.sql, pending)
-            created = conn.repl.create_slot(pg.slot, two_phase=pg.two_phase, export_snapshot=False)
-            log.info("slot created", extra={"slot": created.name,
-                                            "consistent_point": format_lsn(created.consistent_point)})
+            create_slot(conn.sql, conn.repl, pg.slot, two_phase=pg.two_phase)
             if action is StartAction.CREATE_WITH_SCHEMAS:
-                topics = announce_tables(conn.sql, pg.publication, self._prepare_topic, stream_filter(pg),
-                                         skip=frozenset(self.settings.outbox.table_names))
-                log.info("snapshot.mode=no_data: topics and writer schemas published, no rows",
-                         extra={"topics": topics})
+                announce_tables(conn.sql, pg.publication,
+                                partial(prepare_topic, conn.encoder, self.publisher.topics), stream_filter(pg),
+                                skip=frozenset(self.settings.outbox.table_names))
             self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,
                                                                                  stream_filter(pg))))
             return
         tables = run_initial_snapshot(
-            dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot, pending=pending,
+            dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot, pending=pending_slot(pg.slot),
             publication=pg.publication, config=self.settings.snapshot, two_phase=pg.two_phase,
             progress=self.progress, records=records,
             make_sink=lambda lsn: SnapshotSink(dispatcher, self.progress, lsn),
@@ -291,22 +264,7 @@ class Session:
             selection=stream_filter(pg))
         self.incremental.set_known_tables(tables)
         if mode == "initial_only":
-            created_slot = slots.slot_info(conn.sql, pg.slot)
-            point = None if created_slot is None or created_slot.confirmed_flush_lsn is None \
-                else format_lsn(created_slot.confirmed_flush_lsn)
-            raise SnapshotOnlyFinished(f"initial snapshot of {len(tables)} tables complete; slot {pg.slot} kept at "
-                                       f"its consistent point {point}: start with another snapshot.mode to stream "
-                                       "from there")
-
-    def _prepare_topic(self, relation: Relation) -> str:
-        """``no_data``: the table's topic exists and its writer schemas are published (compiling the
-        encoder's plan registers them, exactly as the first row would)."""
-        assert self.conn is not None
-        encoder = self.conn.encoder
-        topic = encoder.topic_for(relation)
-        self.publisher.topics.ensure(topic)
-        encoder.table_of(relation)
-        return topic
+            raise initial_only_finished(conn.sql, pg.slot, len(tables))
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -362,7 +320,7 @@ class Session:
                              unfinished_lsn=assembler.oldest_unfinished_lsn(), reply_requested=reply_requested,
                              now=now)
         self.health.stalled = self.reporter.stall.reason if self.reporter.stall is not None else None
-        self._assembler_gauges()
+        self._gauges()
         if self.lease is not None:
             self.lease.check()
         if between:
@@ -370,18 +328,6 @@ class Session:
                 publisher.transactions.idle()
             for job in self._between_transactions:
                 job(now)
-
-    def _assembler_gauges(self) -> None:
-        assembler, metrics = self.assembler, self.metrics
-        metrics.buffered_bytes.set(assembler.buffered_bytes)
-        spilled = assembler.spilled_bytes_total
-        if spilled > self._spilled_seen:
-            metrics.spilled_bytes.inc(spilled - self._spilled_seen)
-            self._spilled_seen = spilled
-        for outcome, total in assembler.outcome_totals.items():
-            if total > self._outcomes_seen.get(outcome, 0):
-                metrics.transactions.labels(outcome).inc(total - self._outcomes_seen.get(outcome, 0))
-                self._outcomes_seen[outcome] = total
 
     def _idle_tick(self) -> None:
         """Called while the producer queue is full: keep the walsender from timing us out."""

@@ -16,6 +16,9 @@ published table's topic and writer schemas exist, so a consumer can subscribe an
 first change (Debezium's ``no_data``, formerly ``schema_only``). ``when_needed`` recovers from an
 invalidated slot by starting over; the other modes refuse it, since streaming from a new slot would
 silently skip the changes whose WAL is gone.
+
+``open_slot`` and ``create_slot`` carry the decision out on the slot at start-up; the session runs
+the initial snapshot itself (snapshot/initial.py) when the action says so.
 """
 
 from __future__ import annotations
@@ -28,10 +31,21 @@ from typing import Final, Literal
 import psycopg
 
 from pgbridge.decode.messages import Relation
+from pgbridge.encode.envelope import ChangeEncoder
+from pgbridge.errors import SlotInUse
+from pgbridge.lsn import format_lsn
+from pgbridge.publish.topics import TopicManager
 from pgbridge.source import slots
+from pgbridge.source.connection import ReplicationConnection
+from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.selection import TableSelection
 
 log = logging.getLogger(__name__)
+# The start-up lines below were the session's before they moved here; they keep its logger, the name
+# operators and log queries know them by.
+session_log = logging.getLogger("pgbridge.pipeline")
+
+SqlConn = psycopg.Connection[tuple[object, ...]]
 
 SnapshotMode = Literal["initial", "initial_only", "when_needed", "no_data", "never"]
 
@@ -87,11 +101,86 @@ def announce_tables(conn: psycopg.Connection[tuple[object, ...]], publication: s
     ``postgres.table_include``/``table_exclude`` filter), ``prepare`` its Relation (create the topic,
     publish the writer schemas); returns the topics. The Relation is the one the snapshots build from the
     catalog, which encodes to the same writer schema as the one pgoutput sends. Tables in ``skip``
-    (``schema.table``: the outbox tables, whose rows never reach a table topic) are left out."""
+    (``schema.table``: the outbox tables, whose rows never reach a table topic) are left out. The
+    topics are logged once all are ready."""
     topics = []
     for schema, table in slots.published_tables(conn, publication, selection):
         if f"{schema}.{table}" in skip:
             continue
         relation = slots.relation_from_catalog(conn, schema, table, publication)
         topics.append(prepare(relation))
+    session_log.info("snapshot.mode=no_data: topics and writer schemas published, no rows",
+                     extra={"topics": topics})
     return topics
+
+
+def pending_slot(slot: str) -> str:
+    """The temporary slot an initial snapshot of ``slot`` reads through (snapshot/initial.py); it
+    becomes ``slot`` when the snapshot completes, so one still there was left by an interrupted one."""
+    return f"{slot}_snapshot"[:63]
+
+
+def drop_pending_slot(conn: SqlConn, slot: str) -> None:
+    """Drop the pending snapshot slot of ``slot`` if there is one: once ``slot`` exists, or is
+    created without a snapshot, no initial snapshot will resume through it."""
+    pending = pending_slot(slot)
+    if slots.slot_info(conn, pending) is not None:
+        slots.drop_slot(conn, pending)
+
+
+def open_slot(conn: SqlConn, slot: str, mode: SnapshotMode, *, database: str, identity: SlotIdentity) -> StartAction:
+    """Decide what start-up does with ``slot`` (``decide_start``) and settle the slot as far as that
+    needs no new one: an existing slot is checked (ours, not in use, not moved by someone else) and
+    gives ``STREAM``; an invalidated one that ``when_needed`` starts over from is dropped first.
+    Returns the action that creates a missing slot, or ``STREAM``; ``initial_only`` with the slot
+    already there raises ``SnapshotOnlyFinished``."""
+    info = slots.slot_info(conn, slot)
+    action = decide_start(mode, slot_exists=info is not None, wal_status=None if info is None else info.wal_status)
+    if info is not None and action is StartAction.RECREATE_AND_SNAPSHOT:
+        session_log.warning("replication slot was invalidated (the WAL it needs was removed); snapshot.mode="
+                            "when_needed drops it and takes a new initial snapshot",
+                            extra={"slot": slot, "wal_status": info.wal_status,
+                                   "restart_lsn": None if info.restart_lsn is None else format_lsn(info.restart_lsn)})
+        slots.drop_slot(conn, slot)
+        info = None
+    if info is not None:
+        slots.validate_slot(info, database=database)
+        if info.active:
+            raise SlotInUse(f"replication slot {slot} is in use by pid {info.active_pid}; "
+                            "waiting for it to be released")
+        identity.verify_on_open(slot, info.confirmed_flush_lsn)
+        drop_pending_slot(conn, slot)
+        if action is StartAction.EXIT:
+            raise SnapshotOnlyFinished(f"replication slot {slot} exists, so its initial snapshot was taken "
+                                       "before; snapshot.mode=initial_only has nothing to do")
+        return action
+    identity.missing(slot)
+    return action
+
+
+def create_slot(conn: SqlConn, repl: ReplicationConnection, slot: str, *, two_phase: bool) -> None:
+    """``never`` and ``no_data``: create ``slot`` now, at the server's position, exporting no
+    snapshot (a pending snapshot slot of an earlier mode is dropped first)."""
+    drop_pending_slot(conn, slot)
+    created = repl.create_slot(slot, two_phase=two_phase, export_snapshot=False)
+    session_log.info("slot created", extra={"slot": created.name,
+                                            "consistent_point": format_lsn(created.consistent_point)})
+
+
+def prepare_topic(encoder: ChangeEncoder, topics: TopicManager, relation: Relation) -> str:
+    """``no_data``: the table's topic exists and its writer schemas are published (compiling the
+    encoder's plan registers them, exactly as the first row would)."""
+    topic = encoder.topic_for(relation)
+    topics.ensure(topic)
+    encoder.table_of(relation)
+    return topic
+
+
+def initial_only_finished(conn: SqlConn, slot: str, table_count: int) -> SnapshotOnlyFinished:
+    """``initial_only`` after its snapshot: the stop, naming the consistent point the slot is kept at."""
+    created_slot = slots.slot_info(conn, slot)
+    point = None if created_slot is None or created_slot.confirmed_flush_lsn is None \
+        else format_lsn(created_slot.confirmed_flush_lsn)
+    return SnapshotOnlyFinished(f"initial snapshot of {table_count} tables complete; slot {slot} kept at "
+                                f"its consistent point {point}: start with another snapshot.mode to stream "
+                                "from there")
