@@ -211,11 +211,7 @@ class Session:
         conn = self.conn = open_session(self.settings, self.assembler, self.publisher, self.metrics)
         validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, stream_filter(pg))
         records = self.progress.load()
-        snapshotter = self.incremental = IncrementalSnapshotter(
-            dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
-            chunk_rows=self.settings.snapshot.chunk_rows, signal_prefix=self.settings.snapshot.signal_prefix,
-            progress=self.progress, metrics=self.metrics, connect_timeout_s=pg.connect_timeout_s,
-            filters=self.settings.snapshot.filters, selection=stream_filter(self.settings.postgres))
+        snapshotter = self.incremental = IncrementalSnapshotter.of(self.settings, self.progress, self.metrics)
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,

@@ -45,6 +45,7 @@ import psycopg
 from psycopg import sql
 
 from pgbridge.ack.tracker import Unit
+from pgbridge.config import Settings
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import OutRecord
 from pgbridge.errors import FatalError, SourceUnavailable
@@ -56,7 +57,7 @@ from pgbridge.snapshot.initial import parse_copy_lines
 from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_key
 from pgbridge.source import slots
 from pgbridge.source.connection import build_conninfo
-from pgbridge.source.selection import TableSelection
+from pgbridge.source.selection import TableSelection, stream_filter
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,16 @@ class IncrementalSnapshotter:
         # The table whose row changes must be checked against the chunk buffer, or None. The
         # pipeline's hot path reads only this attribute.
         self.window_table: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, progress: ProgressStore, metrics: Metrics) -> IncrementalSnapshotter:
+        """The session's snapshotter, built from the ``postgres`` and ``snapshot`` sections."""
+        pg = settings.postgres
+        return cls(
+            dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
+            chunk_rows=settings.snapshot.chunk_rows, signal_prefix=settings.snapshot.signal_prefix,
+            progress=progress, metrics=metrics, connect_timeout_s=pg.connect_timeout_s,
+            filters=settings.snapshot.filters, selection=stream_filter(settings.postgres))
 
     # -- persisted state ----------------------------------------------------------------------------
     def load(self, records: dict[str, dict[str, Any]]) -> None:
