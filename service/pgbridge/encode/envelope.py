@@ -178,6 +178,7 @@ class ChangeEncoder:
         self._toast_cache = ToastCache(self._toast.cache_rows, self._observer)
         self._value_schemas: dict[str, Schema] = {}  # table → the last value schema compiled for it
         self._headers: dict[tuple[str, int], bytes] = {}
+        self._fixed_headers: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
         self._by_identity: dict[int, tuple[Relation, TablePlan]] = {}
         self._by_shape: dict[tuple[Any, ...], TablePlan] = {}
         self._context_key: tuple[int, int, int, str | None] | None = None
@@ -367,8 +368,13 @@ class ChangeEncoder:
     def _fixed_record(self, topic: str, key_name: str, key: Mapping[str, Any], value_name: str,
                       value: Mapping[str, Any]) -> OutRecord:
         key_record, value_record = self._fixed[key_name], self._fixed[value_name]
-        key_header = self._header(f"{topic}-key", key_record.schema)
-        value_header = self._header(f"{topic}-value", value_record.schema)
+        # A fixed record's schema never changes: its headers are looked up once per topic, not
+        # fingerprinted per record (a boundary pair per transaction is on the hot path).
+        headers = self._fixed_headers.get((topic, key_name, value_name))
+        if headers is None:
+            headers = self._fixed_headers[(topic, key_name, value_name)] = (
+                self._header(f"{topic}-key", key_record.schema), self._header(f"{topic}-value", value_record.schema))
+        key_header, value_header = headers
         return OutRecord(topic, key_record.write(key_header, key, self._buffer),
                          value_record.write(value_header, value, self._buffer))
 
