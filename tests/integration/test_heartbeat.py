@@ -20,16 +20,17 @@ pytestmark = pytest.mark.integration
 WRITE_SECONDS = 15.0
 MAX_WRITE_SECONDS = 90.0
 MIN_WRITTEN = 288 * 1024 * 1024
-# A slot that is not advanced retains everything written since the bridge started (a ratio of 1 or
-# more of the WAL written so far); one advanced by the bridge retains only what the walsender has
-# not decoded yet plus one status interval. How far the walsender's decoding trails the writer
-# depends on the machine's load, not on pgbridge (a 600 MiB trail was seen on a busy 2-core CI
-# machine writing 115 MiB/s), so the test asserts what only an advancing slot shows: the confirmed
-# position moves many times while the writer runs, and the WAL retained stays a fraction of the
-# WAL written. The writer goes on past WRITE_SECONDS (up to MAX_WRITE_SECONDS) until it wrote
-# MIN_WRITTEN, so a slow machine still shows something.
+# The failure this guards against: a bridge that confirms only positions of published changes
+# never moves the slot while only unpublished tables are written, and the slot retains all of it.
+# A bridge that confirms the server's position when nothing is outstanding moves it at every
+# status interval. How much WAL the slot retains meanwhile is how far the walsender's decoding
+# trails the writer, which depends on the machine's load, not on pgbridge (from 2% of the WAL
+# written on a quiet machine to over 35% on a busy 2-core CI machine writing 115 MiB/s), so it is
+# printed, not asserted; what is asserted is that the confirmed position moves many times while
+# the writer runs and reaches the end once it stops. The writer goes on past WRITE_SECONDS (up to
+# MAX_WRITE_SECONDS) until it wrote MIN_WRITTEN, so a slow machine still shows something.
 MIN_ADVANCES = 5
-MAX_RETAINED_RATIO = 0.75
+CATCH_UP_S = 180.0
 
 
 def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, kafka_broker: Broker,
@@ -77,9 +78,8 @@ def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, k
               f"in the second half at most {ratio:.0%} of the WAL written by then")
         assert written > MIN_WRITTEN, "the workload wrote too little WAL to show anything"
         assert advances >= MIN_ADVANCES, samples
-        assert ratio < MAX_RETAINED_RATIO, samples
         end = current_wal_lsn(pg_dsn)
-        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= end, timeout=30,
+        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= end, timeout=CATCH_UP_S,
                    message="the idle slot never caught up with the server")
         assert metric(scrape(port), "pgbridge_events_total", table="public.published", op="c") == 0
         assert bridge.terminate() == 0, bridge.log()

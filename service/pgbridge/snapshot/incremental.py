@@ -447,11 +447,14 @@ class IncrementalSnapshotter:
         schema, name = parse_table(table)
         conn = self._connection()
         try:
-            captured = (schema, name) in slots.published_tables(conn, self.publication, self._selection)
-            if not captured:
-                log.error("cannot snapshot a table that is not captured (not in the publication, or not "
-                          "selected by postgres.table_include/table_exclude); skipped",
+            published = slots.published_tables(conn, self.publication)
+            if (schema, name) not in published:
+                log.error("cannot snapshot a table that is not in the publication; skipped",
                           extra={"table": table, "publication": self.publication})
+                return None
+            if self._selection is not None and not self._selection.matches(schema, name):
+                log.error("cannot snapshot a table that postgres.table_include/table_exclude do not select; "
+                          "skipped", extra={"table": table, "publication": self.publication})
                 return None
             relation = slots.relation_from_catalog(conn, schema, name, self.publication)
             keys = key_columns(relation) or slots.key_columns(conn, relation.rel_id)
