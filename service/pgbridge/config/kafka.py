@@ -15,6 +15,7 @@ from pydantic_settings import (
 )
 
 from pgbridge.config.base import _Section
+from pgbridge.config.librdkafka import closest_property, property_name
 from pgbridge.identifiers import normalize_table, parse_table, split_table_list
 from pgbridge.topic_routes import template_problem
 
@@ -64,7 +65,9 @@ class KafkaConfig(_Section):
     # Kafka key columns per table instead of the primary key / replica identity (docs/columns.md,
     # source/keys.py; Debezium's message.key.columns): "schema.table" (SQL-quoted) → column names.
     message_key_columns: dict[str, list[str]] = Field(default_factory=dict)
-    # Passed to librdkafka as is (security.protocol, ssl.*, sasl.*): values are treated as secrets.
+    # Passed to librdkafka (security.protocol, ssl.*, sasl.*): values are treated as secrets. Keys are
+    # librdkafka's names; the environment may spell them with _ for . (config/librdkafka.py), and a
+    # name librdkafka does not know is an error naming the closest one.
     properties: dict[str, SecretStr] = Field(default_factory=dict)
     # A record Kafka refuses as too large (producer message.max.bytes, topic max.message.bytes):
     # "stop" fails with an error naming it; "dead_letter" publishes its position and key to
@@ -83,6 +86,33 @@ class KafkaConfig(_Section):
         if isinstance(value, str):
             value = [] if value.strip().lower() in ("", "none") else [op.strip() for op in value.split(",")]
         return value
+
+    @field_validator("properties", mode="before")
+    @classmethod
+    def _librdkafka_names(cls, value: Any) -> Any:
+        """Each key as librdkafka names it (``sasl_password`` → ``sasl.password``); unknown keys and
+        two spellings of one property are errors."""
+        if not isinstance(value, dict):
+            return value
+        out: dict[str, Any] = {}
+        spelled: dict[str, str] = {}
+        problems: list[str] = []
+        for key, item in value.items():
+            name = property_name(str(key))
+            if name is None:
+                closest = closest_property(str(key))
+                hint = f"; did you mean {closest}?" if closest else ""
+                problems.append(f"{key} (PGBRIDGE_KAFKA__PROPERTIES__{str(key).upper()}) is not a librdkafka "
+                                f"property{hint}")
+            elif name in out:
+                problems.append(f"{name} is set twice, as {spelled[name]} and as {key}")
+            else:
+                out[name], spelled[name] = item, str(key)
+        if problems:
+            raise ValueError("; ".join(problems) + " (names as in librdkafka's CONFIGURATION.md; in the "
+                             "environment _ may stand for .: PGBRIDGE_KAFKA__PROPERTIES__SASL_PASSWORD sets "
+                             "sasl.password)")
+        return out
 
     @field_validator("topic_prefix")
     @classmethod

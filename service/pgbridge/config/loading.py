@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -194,10 +195,36 @@ def resolve_file_secrets(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+_PROPERTIES_VARIABLE: Final = "PGBRIDGE_KAFKA__PROPERTIES"
+
+
+def _spread_json_properties(env: dict[str, str]) -> dict[str, str]:
+    """``PGBRIDGE_KAFKA__PROPERTIES='{"sasl.password": "..."}'`` → one ``PGBRIDGE_KAFKA__PROPERTIES__<key>``
+    per entry, so the JSON form and the per-key form combine whatever the environment's order (left
+    to pydantic-settings, the one read last would replace the other); a key in both is an error."""
+    variable = next((key for key in env if key.upper() == _PROPERTIES_VARIABLE), None)
+    if variable is None:
+        return env
+    try:
+        entries = json.loads(env[variable])
+    except ValueError:
+        entries = None
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{variable} is not a JSON object",
+                          hint='write it as {"sasl.password": "...", "security.protocol": "SASL_SSL"}')
+    out = {key: value for key, value in env.items() if key != variable}
+    for key, value in entries.items():
+        target = f"{_PROPERTIES_VARIABLE}__{key}"
+        if any(other.upper() == target.upper() for other in out):
+            raise ConfigError(f"{key} is set both in {variable} and as {target}", hint="keep only one of them")
+        out[target] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
 def load_settings(config_file: str | Path | None = None, environ: dict[str, str] | None = None) -> Settings:
     """Build the settings from an optional YAML file and the environment; raise ``ConfigError``."""
     env = dict(os.environ if environ is None else environ)
-    resolved = resolve_file_secrets(env)
+    resolved = _spread_json_properties(resolve_file_secrets(env))
     if resolved != env:
         env = environ = resolved
     path = config_file or env.get("PGBRIDGE_CONFIG")
@@ -234,6 +261,8 @@ def effective_settings(settings: Settings) -> dict[str, Any]:
 
     data = settings.model_dump(mode="json", by_alias=True)
     data["postgres"]["dsn"] = redact(settings.postgres.dsn.get_secret_value())
+    if settings.postgres.primary_dsn is not None:
+        data["postgres"]["primary_dsn"] = redact(settings.postgres.primary_dsn.get_secret_value())
     data["kafka"]["properties"] = {
         key: REDACTED if any(part in key.lower() for part in _SECRET_PROPERTY_PARTS) else value.get_secret_value()
         for key, value in settings.kafka.properties.items()}
