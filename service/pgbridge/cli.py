@@ -220,7 +220,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings) -> int:
-    from pgbridge.health import Health
+    from pgbridge.health import Health, wedged_after_s
     from pgbridge.http import serve
     from pgbridge.metrics import Metrics
     from pgbridge.pipeline import run_forever
@@ -234,7 +234,9 @@ def _run(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     metrics = Metrics()
-    health = Health()
+    health = Health(wedged_after_s=wedged_after_s(stall_s=settings.watchdog.stall_s,
+                                                  delivery_timeout_ms=settings.kafka.delivery_timeout_ms,
+                                                  standby_retry_s=settings.ha.standby_retry_s))
     server = serve(settings.http.host, settings.http.port, metrics, health) if settings.http.port else None
     try:
         run_forever(settings, metrics, health, stop)

@@ -1,4 +1,9 @@
-"""``/metrics``, ``/healthz`` and ``/readyz`` on a small threaded HTTP server."""
+"""``/metrics``, ``/healthz``, ``/readyz`` and ``/streamingz`` on a small threaded HTTP server.
+
+What each probe means is in health.py: ``/healthz`` alive (not wedged), ``/readyz`` alive and
+doing its job (snapshotting, standing by or streaming), ``/streamingz`` streaming now. Each answers
+200 with one word or 503 with the reason.
+"""
 
 from __future__ import annotations
 
@@ -21,13 +26,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._send(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
-            self._send(200, b"ok\n", "text/plain")
+            self._verdict(self.health.wedged_reason, "ok", "not alive")
         elif path == "/readyz":
-            reason = self.health.not_ready_reason
-            body = b"ready\n" if reason is None else f"not ready: {reason}\n".encode()
-            self._send(200 if reason is None else 503, body, "text/plain")
+            self._verdict(self.health.not_ready_reason, "ready", "not ready")
+        elif path == "/streamingz":
+            self._verdict(self.health.not_streaming_reason, "streaming", "not streaming")
         else:
             self._send(404, b"not found\n", "text/plain")
+
+    def _verdict(self, reason: str | None, yes: str, no: str) -> None:
+        body = f"{yes}\n" if reason is None else f"{no}: {reason}\n"
+        self._send(200 if reason is None else 503, body.encode(), "text/plain")
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

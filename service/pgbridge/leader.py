@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Final
 
 import psycopg
@@ -64,8 +65,10 @@ class LeaderLease:
     def held(self) -> bool:
         return self._held and not self._lost.is_set()
 
-    def acquire(self, stop: threading.Event) -> bool:
-        """Block until the lock is ours (True) or ``stop`` is set (False)."""
+    def acquire(self, stop: threading.Event, *, waiting: Callable[[str | None], None] | None = None) -> bool:
+        """Block until the lock is ours (True) or ``stop`` is set (False). ``waiting`` is told the
+        outcome of each unsuccessful poll: ``None`` when another replica holds the lock (standing
+        by), else why Postgres could not be asked (health.py tells the two apart)."""
         waiting_logged = False
         while not stop.is_set():
             try:
@@ -81,11 +84,15 @@ class LeaderLease:
                     log.info("standing by: another replica holds the leader lock",
                              extra={"slot": self._slot, "retry_s": self._retry_s})
                     waiting_logged = True
+                if waiting is not None:
+                    waiting(None)
             except SourceUnavailable as exc:
                 if not waiting_logged:
                     log.warning("leader lock: Postgres unreachable", extra={"error": str(exc)})
                     waiting_logged = True
                 self._close()
+                if waiting is not None:
+                    waiting(f"Postgres unreachable: {exc}")
             stop.wait(self._retry_s)
         return False
 

@@ -49,7 +49,7 @@ from pgbridge.errors import (
 )
 from pgbridge.health import Health
 from pgbridge.leader import LeaderLease, LeadershipLost
-from pgbridge.lsn import INVALID_LSN, format_lsn
+from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
 from pgbridge.periodic import AssemblerGauges, Job, KafkaProbe, between_transaction_jobs, streaming_jobs
 from pgbridge.publish.dispatch import Dispatcher
@@ -229,6 +229,7 @@ class Session:
         self.stream = ReplicationStream(conn.repl)
         self.decoder = PgoutputDecoder(conn.proto)
         self.health.streaming = True
+        self.health.beat()
         self.metrics.streaming.set(1)
         log.info("replicating", extra={"slot": pg.slot, "publication": pg.publication,
                                        "proto_version": conn.proto, "server_version": conn.repl.server_version,
@@ -251,13 +252,20 @@ class Session:
             self.incremental.set_known_tables(table_names(slots.published_tables(conn.sql, pg.publication,
                                                                                  stream_filter(pg))))
             return
-        tables = run_initial_snapshot(
-            dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot, pending=pending_slot(pg.slot),
-            publication=pg.publication, config=self.settings.snapshot, two_phase=pg.two_phase,
-            progress=self.progress, records=records,
-            make_sink=lambda lsn: SnapshotSink(dispatcher, self.progress, lsn),
-            metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
-            selection=stream_filter(pg))
+        # Ready while it snapshots (health.py); the liveness beat starts once rows are read (planning
+        # the chunks of a huge table may take long without a loop to beat in).
+        self.health.snapshotting = True
+        self.health.beat_at = None
+        try:
+            tables = run_initial_snapshot(
+                dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot,
+                pending=pending_slot(pg.slot), publication=pg.publication, config=self.settings.snapshot,
+                two_phase=pg.two_phase, progress=self.progress, records=records,
+                make_sink=lambda lsn: _BeatingSnapshotSink(dispatcher, self.progress, lsn, self.health),
+                metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
+                selection=stream_filter(pg))
+        finally:
+            self.health.snapshotting = False
         self.incremental.set_known_tables(tables)
         if mode == "initial_only":
             raise initial_only_finished(conn.sql, pg.slot, len(tables))
@@ -303,6 +311,7 @@ class Session:
                 self._housekeeping(reply_requested=False)
 
     def _housekeeping(self, *, reply_requested: bool) -> None:
+        self.health.beat()
         publisher = self.publisher
         publisher.poll(0)
         publisher.raise_if_failed()
@@ -315,7 +324,7 @@ class Session:
         self.reporter.report(self.stream, idle=assembler.is_idle() and between,
                              unfinished_lsn=assembler.oldest_unfinished_lsn(), reply_requested=reply_requested,
                              now=now)
-        self.health.stalled = self.reporter.stall.reason if self.reporter.stall is not None else None
+        self.health.stall = self.reporter.stall
         self._gauges()
         if self.lease is not None:
             self.lease.check()
@@ -355,7 +364,8 @@ class Session:
 
     def close(self) -> None:
         self.health.streaming = False
-        self.health.stalled = None
+        self.health.stall = None
+        self.health.beat_at = None
         self.reporter.clear()
         self.metrics.streaming.set(0)
         if self.stream is not None:
@@ -384,15 +394,37 @@ def _stopped(settings: Settings, *, drained: bool) -> None:
     slots.drop_slot_on_stop(pg.dsn.get_secret_value(), pg.slot, connect_timeout_s=pg.connect_timeout_s)
 
 
+class _BeatingSnapshotSink(SnapshotSink):
+    """The snapshot sink whose service loop (at least every 0.1 s while rows are read) is the
+    pipeline thread's liveness beat during the initial snapshot."""
+
+    def __init__(self, dispatcher: Dispatcher, progress: ProgressStore, snapshot_lsn: Lsn, health: Health) -> None:
+        super().__init__(dispatcher, progress, snapshot_lsn)
+        self._health = health
+
+    def service(self) -> None:
+        self._health.beat()
+        super().service()
+
+
 class _StopRequested(Exception):
     """Raised out of a backpressure wait when a stop was requested."""
+
+
+def _standing_by(health: Health, error: str | None) -> None:
+    """Each unsuccessful poll of the leader lock: standing by (ready) when Postgres answered and
+    another replica holds the lock; not connected (not ready) when Postgres is unreachable."""
+    health.standby = error is None
+    health.last_error = None if error is None else f"leader lock: {error}"
+    health.beat()
 
 
 def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
     """Stream until ``stop`` is set; reconnect with capped exponential backoff on transient errors.
 
-    With ``ha.leader_election`` the process first takes the leader lease (leader.py) and stands by,
-    not ready, until it has it; losing the lease's session ends the session and it stands by again.
+    With ``ha.leader_election`` the process first takes the leader lease (leader.py) and stands by
+    until it has it (ready, not streaming: health.py); losing the lease's session ends the session
+    and it stands by again.
     """
     ha = settings.ha
     lease = LeaderLease(settings.postgres.dsn.get_secret_value(), settings.postgres.slot, metrics,
@@ -409,8 +441,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
         while not stop.is_set():
             if lease is not None and not lease.held:
                 lease.release()
-                health.standby = True
-                if not lease.acquire(stop):
+                if not lease.acquire(stop, waiting=partial(_standing_by, health)):
                     return
                 health.standby = False
                 identity.new_term()  # another replica may have streamed from the slot meanwhile

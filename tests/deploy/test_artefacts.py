@@ -238,18 +238,30 @@ def test_dockerfile_ignore_pragmas_are_justified() -> None:
             )
 
 
-def test_dockerfile_entrypoint_and_cmd_are_pgbridge_run() -> None:
+def test_dockerfile_entrypoint_and_cmd_are_pgbridge_run_under_tini() -> None:
     stage = _dockerfile_final_stage()
-    assert _exec_form(stage, "ENTRYPOINT") == ["pgbridge"]
+    # tini is PID 1: it forwards SIGTERM/SIGINT to pgbridge and reaps orphans (no `docker run --init`).
+    assert _exec_form(stage, "ENTRYPOINT") == ["/usr/bin/tini", "--", "pgbridge"]
     assert _exec_form(stage, "CMD") == ["run"]
+    runs = " ".join(arguments for keyword, arguments in stage if keyword == "RUN")
+    assert re.search(r"apt-get install [^&]*\btini=[0-9][^\s]*", runs), (
+        "the runtime stage must install Debian's tini with a pinned version"
+    )
+    assert ("STOPSIGNAL", "SIGTERM") in stage
 
 
 def test_dockerfile_is_multi_stage_on_python_slim() -> None:
     froms = [arguments for keyword, arguments in _dockerfile_instructions(DOCKERFILE.read_text(encoding="utf-8"))
              if keyword == "FROM"]
     assert len(froms) >= 2, "expected a builder stage and a runtime stage"
-    runtime_image = froms[-1].split()[0]
-    assert runtime_image.startswith("python:3.11-slim"), f"runtime stage is {runtime_image}"
+    images = {arguments.split()[0] for arguments in froms}
+    # An exact Python patch release on a named Debian release: a floating tag (python:3.11-slim)
+    # changes the base, and with it tini's Debian version, without a commit.
+    assert len(images) == 1, f"builder and runtime should share one base image: {sorted(images)}"
+    (runtime_image,) = images
+    assert re.fullmatch(r"python:3\.11\.[0-9]+-slim-bookworm", runtime_image), (
+        f"the base image {runtime_image} is not pinned to an exact version (python:3.11.N-slim-bookworm)"
+    )
     builder = _dockerfile_stages()[0]
     copied = " ".join(arguments for keyword, arguments in builder if keyword == "COPY")
     for source in ("pyproject.toml", "README.md", "service/", "schema"):
@@ -281,8 +293,12 @@ def test_dockerfile_healthcheck_probes_healthz_without_curl() -> None:
     checks = [arguments for keyword, arguments in stage if keyword == "HEALTHCHECK"]
     assert checks, "no HEALTHCHECK"
     check = checks[-1]
-    assert "/healthz" in check
-    assert "python" in check and "curl" not in check and "wget" not in check
+    assert "curl" not in check and "wget" not in check
+    # pgbridge.probe reads http.port as `pgbridge run` does (config file or environment), so the check
+    # follows the configured port (tests/unit/test_probe.py runs it against a live server).
+    command = json.loads(check.split(" CMD ", 1)[1])
+    assert command == ["python", "-m", "pgbridge.probe", "/healthz"]
+    assert (REPO_ROOT / "service" / "pgbridge" / "probe.py").is_file()
     assert ("EXPOSE", str(HTTP_PORT)) in stage
     volumes = [arguments for keyword, arguments in stage if keyword == "VOLUME"]
     assert any(SPILL_DIR in volume for volume in volumes), f"no VOLUME for the spill directory {SPILL_DIR}"

@@ -47,7 +47,7 @@ def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_b
         port = bridge.http_port
         assert port is not None and bridge.process is not None
         pid = bridge.process.pid
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:  # warm up: topics, schemas, producer
             conn.execute("INSERT INTO t VALUES (0, 'warm')")
         wait_until(lambda: metric(scrape(port), "pgbridge_events_total", table="public.t", op="c") == 1,

@@ -44,7 +44,7 @@ def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, k
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         start = current_wal_lsn(pg_dsn)
         # when: WRITE_SECONDS of writes to the unpublished table
         stop = threading.Event()
@@ -96,7 +96,7 @@ def test_heartbeat_messages_move_the_slot_and_are_not_published(pg_dsn: str, kaf
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         first = slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0
         # then: heartbeats are written, the slot follows them, and nothing reaches {prefix}.messages
         wait_until(lambda: metric(scrape(port), "pgbridge_heartbeats_total") >= 4, timeout=30,

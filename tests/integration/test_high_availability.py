@@ -63,11 +63,11 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
         ports = [r.http_port for r in replicas]
         assert None not in ports
 
-        def one_ready() -> BridgeProcess | None:
-            ready = [r for r in replicas if status(r.http_port or 0, "/readyz") == 200]
-            return ready[0] if len(ready) == 1 else None
+        def one_streaming() -> BridgeProcess | None:
+            streaming = [r for r in replicas if status(r.http_port or 0, "/streamingz") == 200]
+            return streaming[0] if len(streaming) == 1 else None
 
-        active = wait_until(one_ready, timeout=60, message="exactly one replica should be ready")
+        active = wait_until(one_streaming, timeout=60, message="exactly one replica should stream")
         standby = second if active is first else first
         assert standby.http_port is not None and active.http_port is not None
         standby_port, active_port = standby.http_port, active.http_port
@@ -75,7 +75,10 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
         elected = server_clock(pg_dsn)
         wait_until(lambda: refused_lock_polls_since(pg_dsn, elected) > 0, timeout=30,
                    message="the standby never polled the leader lock after the election")
-        assert status(standby_port, "/readyz") == 503
+        # a healthy standby is Ready (it does its job: rollouts complete, the PDB counts it) but not streaming
+        assert status(standby_port, "/streamingz") == 503
+        assert status(standby_port, "/readyz") == 200
+        assert status(active_port, "/readyz") == 200
         assert metric(scrape(standby_port), "pgbridge_leader") == 0
         assert metric(scrape(active_port), "pgbridge_leader") == 1
 
@@ -101,7 +104,7 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
         # when: the active replica dies without any chance to clean up
         active.kill()
         killed = time.monotonic()
-        wait_until(lambda: status(standby_port, "/readyz") == 200, timeout=60, interval=0.1,
+        wait_until(lambda: status(standby_port, "/streamingz") == 200, timeout=60, interval=0.1,
                    message="the standby never took over")
         takeover = time.monotonic() - killed
         # the new leader streams the workload before it stops

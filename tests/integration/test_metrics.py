@@ -33,7 +33,7 @@ def test_contract_metrics_follow_the_workload(pg_dsn: str, fresh_broker: Broker,
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         first = scrape(port)
         assert metric(first, "pgbridge_streaming") == 1
         assert metric(first, "pgbridge_leader") == 1
@@ -103,7 +103,7 @@ def test_contract_metrics_follow_the_workload(pg_dsn: str, fresh_broker: Broker,
         wait_until(lambda: metric(scrape(port), "pgbridge_reconnects_total", target="kafka") >= 1, timeout=60,
                    message="reconnects_total{target=kafka} never moved")
         fresh_broker.restart()
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=120, message="never ready again")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=120, message="never streaming again")
         records = read_topic(fresh_broker.bootstrap, f"{topic_prefix}.public.t", min_count=1, timeout=120)
         assert records, "the change committed during the outage was not redelivered"
         assert bridge.terminate() == 0, bridge.log()

@@ -136,8 +136,8 @@ def test_prometheus_scrapes_the_bridge_and_runs_every_dashboard_and_alert_query(
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60,
-                   message=f"the bridge never became ready:\n{bridge.log()[-3000:]}")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60,
+                   message=f"the bridge never streamed:\n{bridge.log()[-3000:]}")
 
         # when: Prometheus scrapes it every second with the alert rules loaded, while rows change
         with _prometheus(tmp_path, f"127.0.0.1:{port}") as url:

@@ -1,4 +1,5 @@
-"""/readyz flips to 503 when Postgres or Kafka goes away and back to 200 when it returns."""
+"""/readyz and /streamingz flip to 503 when Postgres or Kafka goes away and back to 200 when it
+returns, while /healthz stays 200: an outage is not a reason to restart the pod (health.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ pytestmark = pytest.mark.integration
 
 
 def _flip(port: int, to: int, what: str, timeout: float = 60.0) -> float:
+    """Wait until /readyz and /streamingz both answer ``to`` (a single replica with snapshot.mode
+    never is either streaming or not connected, so the two agree here)."""
     started = time.monotonic()
-    wait_until(lambda: status(port, "/readyz") == to, timeout=timeout, interval=0.2, message=f"/readyz never {to}: {what}")
+    wait_until(lambda: status(port, "/readyz") == to and status(port, "/streamingz") == to, timeout=timeout,
+               interval=0.2, message=f"/readyz and /streamingz never {to}: {what}")
     return time.monotonic() - started
 
 

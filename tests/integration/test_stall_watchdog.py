@@ -96,7 +96,7 @@ def test_a_stuck_walsender_is_reported_as_a_source_stall_and_cleared(pg_dsn: str
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
                                (topic_prefix,)).fetchone()
@@ -131,7 +131,7 @@ def test_a_frozen_broker_is_reported_as_a_delivery_stall_and_cleared(pg_dsn: str
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: status(port, "/readyz") == 200, timeout=60, message="never ready")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="never streaming")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO t VALUES (0)")  # its topics exist before the broker freezes
         assert _rows(fresh_broker.bootstrap, topic_prefix, 1) == {0}

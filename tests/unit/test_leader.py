@@ -120,3 +120,11 @@ def test_release_steps_down_and_closes_the_lock_connection() -> None:
     assert lease.acquire(threading.Event())
     lease.release()
     assert not lease.held and _leader_gauge(metrics) == 0 and lease.closes == 1
+
+
+def test_waiting_is_told_standby_or_unreachable_for_each_unsuccessful_poll() -> None:
+    # health.py: standing by is ready; an unreachable Postgres is not.
+    told: list[str | None] = []
+    lease = ScriptedLease(Metrics(), [False, SourceUnavailable("refused"), False, True])
+    assert lease.acquire(threading.Event(), waiting=told.append)
+    assert told == [None, "Postgres unreachable: refused", None]
