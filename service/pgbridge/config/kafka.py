@@ -56,7 +56,13 @@ class KafkaConfig(_Section):
     linger_ms: int = Field(default=5, ge=0)
     delivery_timeout_ms: int = Field(default=DEFAULT_DELIVERY_TIMEOUT_MS, ge=1000)
     topic_partitions: int = Field(default=1, ge=1)
-    topic_replication_factor: int = Field(default=-1)
+    # Topics pgbridge creates (publish/topics.py): unset, 3 or the cluster's size when smaller (a
+    # warning names the topic); -1 leaves it to the broker's default.replication.factor.
+    topic_replication_factor: int | None = None
+    # Their min.insync.replicas: unset, the replication factor - 1, at least 1 (2 for 3 copies).
+    topic_min_insync_replicas: int | None = Field(default=None, ge=1)
+    # Topic configs of the data topics pgbridge creates (not of the internal {prefix}._* ones).
+    topic_config: dict[str, str] = Field(default_factory=dict)
     # Exactly-once (publish/transactions.py): Kafka transactions of whole Postgres transactions.
     exactly_once: bool = False
     transaction_max_ms: int = Field(default=500, ge=1)  # gather Postgres transactions this long ...
@@ -86,6 +92,34 @@ class KafkaConfig(_Section):
         if isinstance(value, str):
             value = [] if value.strip().lower() in ("", "none") else [op.strip() for op in value.split(",")]
         return value
+
+    @field_validator("topic_replication_factor")
+    @classmethod
+    def _replication_factor(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError("must be at least 1, or -1 for the broker's default.replication.factor")
+        return value
+
+    @field_validator("topic_config", mode="before")
+    @classmethod
+    def _topic_config(cls, value: Any) -> Any:
+        """YAML numbers and booleans as the strings Kafka takes; min.insync.replicas has its own setting."""
+        if isinstance(value, dict):
+            value = {str(key): (str(item).lower() if isinstance(item, bool) else
+                                str(item) if isinstance(item, int | float) else item)
+                     for key, item in value.items()}
+            if "min.insync.replicas" in value:
+                raise ValueError("set min.insync.replicas with kafka.topic_min_insync_replicas "
+                                 "(it applies to every topic pgbridge creates)")
+        return value
+
+    @model_validator(mode="after")
+    def _min_insync_within_replicas(self) -> KafkaConfig:
+        factor, minimum = self.topic_replication_factor, self.topic_min_insync_replicas
+        if factor is not None and factor >= 1 and minimum is not None and minimum > factor:
+            raise ValueError(f"kafka.topic_min_insync_replicas ({minimum}) is above "
+                             f"kafka.topic_replication_factor ({factor}): no write could ever succeed")
+        return self
 
     @field_validator("properties", mode="before")
     @classmethod

@@ -149,11 +149,12 @@ class _DemoSettings(Settings):
 
 def demo_settings(dsn: str, bootstrap: str, spill_dir: Path) -> Settings:
     """The bridge's configuration for the demo: both sample tables, a 1 s status interval so the
-    slot's confirmed LSN visibly keeps up, no HTTP server (port 0)."""
+    slot's confirmed LSN visibly keeps up, no HTTP server (port 0), one copy of each topic on the
+    throwaway one-node broker (chosen, so no replication-factor warning)."""
     return _DemoSettings(
         postgres=PostgresConfig(dsn=SecretStr(dsn), tables=list(TABLES), slot=SLOT, publication=PUBLICATION,
                                 status_interval_s=1.0),
-        kafka=KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=TOPIC_PREFIX),
+        kafka=KafkaConfig(bootstrap_servers=bootstrap, topic_prefix=TOPIC_PREFIX, topic_replication_factor=1),
         http=HttpConfig(port=0),
         buffer=BufferConfig(spill_dir=spill_dir),
     )

@@ -167,8 +167,7 @@ class KafkaPublisher:
                                    split_after_s=config.transaction_timeout_ms / 2000),
                 on_commit=self._committed)
         self._admin = AdminClient(admin_config(config), logger=LibrdkafkaLog())
-        self.topics = TopicManager(self._admin, partitions=config.topic_partitions,
-                                   replication_factor=config.topic_replication_factor)
+        self.topics = TopicManager.of(self._admin, config)
         self._max_in_flight = config.max_in_flight
         self._last_topic: str | None = None  # produce_all: the last topic known to exist
 

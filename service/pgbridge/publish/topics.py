@@ -11,13 +11,16 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from pgbridge.errors import BrokerUnavailable, PublishError
 from pgbridge.logs import LibrdkafkaLog
+
+if TYPE_CHECKING:
+    from pgbridge.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +57,24 @@ def schemas_topic(prefix: str) -> str:
     return sanitize(f"{prefix}._schemas")
 
 
+def internal_prefix(prefix: str) -> str:
+    """What every internal topic's name starts with (``{prefix}._``; not Avro, not for consumers)."""
+    return sanitize(f"{prefix}._")
+
+
 def offsets_topic(prefix: str) -> str:
     """Exactly-once positions (publish/transactions.py), compacted, keyed by slot."""
     return sanitize(f"{prefix}._offsets")
+
+
+# Replication factor of the topics pgbridge creates unless kafka.topic_replication_factor says
+# otherwise: three copies, so acks=all with min.insync.replicas=2 survives one broker down.
+SAFE_REPLICATION_FACTOR: Final = 3
+
+
+def default_min_insync(replication_factor: int) -> int:
+    """min.insync.replicas for a topic of ``replication_factor`` copies: one less, at least 1."""
+    return max(1, replication_factor - 1)
 
 
 class TopicManager:
@@ -67,16 +85,34 @@ class TopicManager:
     (two of three combined nodes down) would hold a restarting pgbridge for the whole timeout,
     even after a broker is back and could take its records. The metadata is asked for *all*
     topics, once per session: naming a missing topic would make some brokers (Tansu) create it.
+
+    Shape of a created topic: ``replication_factor`` copies (``None``: 3, or the number of brokers
+    in the metadata when smaller, with a warning; -1: the broker's default), ``min.insync.replicas``
+    (``None``: the replication factor - 1, at least 1), and ``topic_config`` for data topics; an
+    internal topic (name starting with ``internal_prefix``, ``{prefix}._``) gets only its own
+    required configs (compaction) besides ``min.insync.replicas``.
     """
 
-    def __init__(self, admin: AdminClient, *, partitions: int, replication_factor: int,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(self, admin: AdminClient, *, partitions: int, replication_factor: int | None,
+                 min_insync_replicas: int | None = None, topic_config: dict[str, str] | None = None,
+                 internal_prefix: str | None = None, timeout_s: float = 30.0) -> None:
         self._admin = admin
         self._partitions = partitions
         self._replication_factor = replication_factor
+        self._min_insync_replicas = min_insync_replicas
+        self._topic_config = dict(topic_config or {})
+        self._internal_prefix = internal_prefix
         self._timeout_s = timeout_s
         self._known: set[str] = set()
         self._listed: set[str] | None = None  # the topics that existed when first asked
+        self._brokers = 0  # brokers in that metadata
+
+    @classmethod
+    def of(cls, admin: AdminClient, config: KafkaConfig) -> TopicManager:
+        """The topic manager of the ``kafka`` section's topic settings."""
+        return cls(admin, partitions=config.topic_partitions, replication_factor=config.topic_replication_factor,
+                   min_insync_replicas=config.topic_min_insync_replicas, topic_config=config.topic_config,
+                   internal_prefix=internal_prefix(config.topic_prefix))
 
     def poll(self) -> None:
         """Serve the admin client's queued log lines: an ``AdminClient`` hands them to its logger
@@ -101,18 +137,42 @@ class TopicManager:
             except KafkaException as exc:
                 raise BrokerUnavailable(f"cannot list Kafka's topics: {exc}") from None
             self._listed = {name for name, meta in metadata.topics.items() if meta.error is None}
+            self._brokers = len(metadata.brokers)
         return self._listed
 
+    def shape(self, topic: str, *, compacted: bool = False) -> tuple[int, int, dict[str, str]]:
+        """Partitions, replication factor and configs ``topic`` is created with (after ``ensure``
+        has listed the cluster, which tells its size)."""
+        factor = self._replication_factor
+        if factor is None:
+            factor = min(SAFE_REPLICATION_FACTOR, max(1, self._brokers))
+            if factor < SAFE_REPLICATION_FACTOR:
+                log.warning(f"topic {topic} is created with replication factor {factor}: the cluster has "
+                            f"{self._brokers} broker(s), fewer than {SAFE_REPLICATION_FACTOR}; a broker lost "
+                            "loses its records. Set kafka.topic_replication_factor to choose "
+                            "(PGBRIDGE_KAFKA__TOPIC_REPLICATION_FACTOR)",
+                            extra={"topic": topic, "brokers": self._brokers, "replication_factor": factor,
+                                   "setting": "kafka.topic_replication_factor"})
+        internal = self._internal_prefix is not None and topic.startswith(self._internal_prefix)
+        config = {} if internal else dict(self._topic_config)
+        if compacted:
+            config["cleanup.policy"] = "compact"
+        minimum = self._min_insync_replicas
+        if minimum is None and factor >= 1:
+            minimum = default_min_insync(factor)
+        if minimum is not None:
+            config["min.insync.replicas"] = str(minimum)
+        return (1 if compacted else self._partitions), factor, config
+
     def _create(self, topic: str, *, compacted: bool) -> None:
-        config = {"cleanup.policy": "compact"} if compacted else {}
-        partitions = 1 if compacted else self._partitions
-        new = NewTopic(topic, num_partitions=partitions, replication_factor=self._replication_factor,
-                       config=config)
+        partitions, factor, config = self.shape(topic, compacted=compacted)
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=factor, config=config)
         futures = self._admin.create_topics([new], operation_timeout=self._timeout_s,
                                             request_timeout=self._timeout_s)
         try:
             futures[topic].result(timeout=self._timeout_s)
-            log.info("topic created", extra={"topic": topic, "partitions": partitions})
+            log.info("topic created", extra={"topic": topic, "partitions": partitions, "replication_factor": factor,
+                                             "min_insync_replicas": config.get("min.insync.replicas", "default")})
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             code = error.code()
@@ -122,6 +182,9 @@ class TopicManager:
                           KafkaError.TOPIC_EXCEPTION, KafkaError.POLICY_VIOLATION):
                 raise PublishError(f"cannot create topic {topic}: {error.str()}",
                                    hint="create the topic yourself or grant CREATE on the cluster") from None
+            elif code == KafkaError.INVALID_CONFIG:
+                raise PublishError(f"cannot create topic {topic}: {error.str()}",
+                                   hint="fix kafka.topic_config / kafka.topic_min_insync_replicas") from None
             else:
                 raise BrokerUnavailable(f"cannot create topic {topic}: {error.str()}") from None
         except Exception as exc:  # timeout of the admin future

@@ -92,6 +92,7 @@ class _TopicMetadata:
 @dataclass
 class _ClusterMetadata:
     topics: dict[str, _TopicMetadata]
+    brokers: dict[int, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +104,7 @@ class FakeAdmin:
     create_errors: dict[str, BaseException] = field(default_factory=dict)
     list_error: KafkaException | None = None
     listings: int = 0
+    brokers: int = 3
     created: list[tuple[str, int, int, dict[str, str]]] = field(default_factory=list)
     polls: int = 0
 
@@ -112,7 +114,7 @@ class FakeAdmin:
             raise self.list_error
         topics = {name: _TopicMetadata() for name in self.existing}
         topics.update({name: _TopicMetadata(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)) for name in self.broken})
-        return _ClusterMetadata(topics)
+        return _ClusterMetadata(topics, {n: object() for n in range(self.brokers)})
 
     def create_topics(self, new_topics: list[Any], operation_timeout: float,
                       request_timeout: float) -> dict[str, Future[None]]:
@@ -158,13 +160,63 @@ def test_a_missing_topic_is_created_once_with_the_configured_shape() -> None:
     manager = _manager(admin)
     manager.ensure("app.public.t")
     manager.ensure("app.public.t")
-    assert admin.created == [("app.public.t", 6, 3, {})]
+    assert admin.created == [("app.public.t", 6, 3, {"min.insync.replicas": "2"})]
 
 
 def test_a_compacted_internal_topic_has_one_partition() -> None:
     admin = FakeAdmin()
     _manager(admin).ensure("app._offsets", compacted=True)
-    assert admin.created == [("app._offsets", 1, 3, {"cleanup.policy": "compact"})]
+    assert admin.created == [("app._offsets", 1, 3, {"cleanup.policy": "compact", "min.insync.replicas": "2"})]
+
+
+def _shaped(admin: FakeAdmin, replication_factor: int | None, min_insync: int | None = None) -> TopicManager:
+    return TopicManager(cast(AdminClient, admin), partitions=2, replication_factor=replication_factor,
+                        min_insync_replicas=min_insync, internal_prefix="app._",
+                        topic_config={"retention.ms": "3600000", "cleanup.policy": "delete"}, timeout_s=1.0)
+
+
+def test_by_default_a_single_broker_gets_one_copy_and_a_warning_naming_topic_size_and_setting(
+        caplog: pytest.LogCaptureFixture) -> None:
+    admin = FakeAdmin(brokers=1)
+    with caplog.at_level("WARNING", logger="pgbridge.publish.topics"):
+        _shaped(admin, None).ensure("app.public.t")
+    assert admin.created == [("app.public.t", 2, 1, {"retention.ms": "3600000", "cleanup.policy": "delete",
+                                                     "min.insync.replicas": "1"})]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "app.public.t" in warning and "replication factor 1" in warning and "1 broker(s)" in warning
+    assert "kafka.topic_replication_factor" in warning
+
+
+def test_by_default_a_large_cluster_gets_three_copies_and_two_in_sync(caplog: pytest.LogCaptureFixture) -> None:
+    admin = FakeAdmin(brokers=5)
+    with caplog.at_level("WARNING", logger="pgbridge.publish.topics"):
+        _shaped(admin, None).ensure("app.public.t")
+    assert admin.created[0][2] == 3 and admin.created[0][3]["min.insync.replicas"] == "2"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_two_brokers_give_two_copies_and_one_in_sync() -> None:
+    admin = FakeAdmin(brokers=2)
+    _shaped(admin, None).ensure("app.public.t")
+    assert admin.created[0][2] == 2 and admin.created[0][3]["min.insync.replicas"] == "1"
+
+
+def test_internal_topics_keep_their_own_configs_without_the_data_topic_configs() -> None:
+    admin = FakeAdmin(brokers=3)
+    manager = _shaped(admin, None)
+    manager.ensure("app._snapshot", compacted=True)
+    manager.ensure("app._dead_letter")
+    assert admin.created == [("app._snapshot", 1, 3, {"cleanup.policy": "compact", "min.insync.replicas": "2"}),
+                             ("app._dead_letter", 2, 3, {"min.insync.replicas": "2"})]
+
+
+def test_explicit_settings_win_and_minus_one_leaves_both_to_the_broker() -> None:
+    admin = FakeAdmin(brokers=1)
+    _shaped(admin, 3, 3).ensure("app.public.a")  # the broker refuses what it cannot hold, not pgbridge
+    _shaped(admin, -1).ensure("app.public.b")
+    _shaped(admin, -1, 2).ensure("app.public.c")
+    assert [(rf, config.get("min.insync.replicas")) for _, _, rf, config in admin.created] == [
+        (3, "3"), (-1, None), (-1, "2")]
 
 
 def test_a_topic_listed_with_an_error_is_created_not_trusted() -> None:
