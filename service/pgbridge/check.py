@@ -40,6 +40,12 @@ from pgbridge.source.publication import (
     resolve_selection,
 )
 from pgbridge.source.selection import TableSelection, pattern_selection, select_tables, stream_filter
+from pgbridge.source.standby import (
+    STANDBY_DECODING_VERSION,
+    STANDBY_REQUIREMENTS,
+    PrimaryConnection,
+    in_recovery,
+)
 from pgbridge.source.type_catalog import CatalogTypes
 
 # Column types stored out of line (TOAST) whose unchanged values pgoutput omits from updates.
@@ -83,7 +89,22 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         problems.append(Problem("error", f"the connecting role {user} lacks the REPLICATION attribute",
                                 f"ALTER ROLE {quote_ident(user)} WITH REPLICATION;"))
     publication_exists = slots.publication_exists(conn, pg.publication)
-    if pattern_selection(pg) is not None or pg.publication_mode != MODE_FILTERED:
+    standby = in_recovery(conn)
+    if standby:
+        problems.extend(_standby_problems(conn, pg))
+    if standby and not publication_exists:
+        tables = pg.table_pairs or []
+        patterns = pattern_selection(pg)
+        if patterns is not None:
+            try:
+                tables = resolve_selection(conn, patterns)
+            except PgbridgeError as exc:
+                problems.append(Problem("error", str(exc), exc.hint or "fix the patterns"))
+        statement = create_statement(pg.publication, None if pg.publication_mode == MODE_ALL_TABLES else tables,
+                                     conn.info.server_version)
+        problems.append(Problem("error", f"publication {pg.publication} does not exist on this standby, and a standby "
+                                "cannot create it", f"on the primary (it replicates to the standby): {statement}"))
+    elif pattern_selection(pg) is not None or pg.publication_mode != MODE_FILTERED:
         selection_found, tables = _selection_problems(conn, pg, user, publication_exists)
         problems.extend(selection_found)
         if publication_exists:
@@ -139,8 +160,50 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         if info.active:
             problems.append(Problem("warning", f"slot {pg.slot} is in use by pid {info.active_pid}",
                                     "another consumer is streaming; run stops until it exits"))
-    if pg.failover_slot and conn.info.server_version >= FAILOVER_VERSION:
+    if pg.failover_slot and conn.info.server_version >= FAILOVER_VERSION and not standby:
         problems.extend(_failover_problems(conn, pg.slot))
+    return problems
+
+
+def _standby_problems(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresConfig) -> list[Problem]:
+    """``postgres.dsn`` is a standby (source/standby.py, the same rules as ``run``): Postgres 16+,
+    ``hot_standby_feedback`` with a physical slot, and ``postgres.primary_dsn`` for the writes."""
+    version = conn.info.server_version
+    if version < STANDBY_DECODING_VERSION:
+        return [Problem("error", f"connected to a standby (in recovery) running Postgres {version // 10000}: logical "
+                        "decoding on a standby needs Postgres 16+", "point postgres.dsn at the primary, or upgrade")]
+    problems = [Problem("info", f"connected to a standby (in recovery): {STANDBY_REQUIREMENTS} (a standby cannot "
+                        "show the primary's wal_level: run fails naming it if it is lower); the publication is "
+                        "created on the primary", "nothing to do if so (docs/operations.md, \"Decoding on a standby\")")]
+    settings = {str(name): str(value) for name, value in conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('hot_standby_feedback', 'primary_slot_name')")}
+    if settings.get("hot_standby_feedback") != "on":
+        problems.append(Problem("warning", "hot_standby_feedback is off on the standby: the primary may remove catalog "
+                                "rows the slot needs, which invalidates it (conflicting)",
+                                "ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf(); on the standby"))
+    if not settings.get("primary_slot_name"):
+        problems.append(Problem("warning", "the standby replicates without a physical slot (primary_slot_name is "
+                                "empty): hot_standby_feedback holds the primary's catalog rows only while it is "
+                                "connected", "on the primary: SELECT pg_create_physical_replication_slot('standby1'); "
+                                "on the standby: ALTER SYSTEM SET primary_slot_name = 'standby1'; SELECT "
+                                "pg_reload_conf();"))
+    if pg.primary_dsn is None:
+        problems.append(Problem(
+            "warning" if pg.heartbeat_interval_s > 0 else "info",
+            "postgres.primary_dsn is not set: on a standby heartbeats and incremental snapshots are off, and a new "
+            "slot waits for the primary's next running-transactions record",
+            "set PGBRIDGE_POSTGRES__PRIMARY_DSN to the primary (pgbridge writes only logical messages there)"))
+        return problems
+    primary = PrimaryConnection(pg.primary_dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s)
+    try:
+        if in_recovery(primary.get()):
+            problems.append(Problem("error", f"postgres.primary_dsn ({primary.target}) is a standby too (in recovery)",
+                                    "point postgres.primary_dsn at the primary postgres.dsn replicates from"))
+    except (PgbridgeError, psycopg.Error) as exc:
+        problems.append(Problem("warning", f"postgres.primary_dsn is unreachable: {str(exc).strip()}",
+                                "check postgres.primary_dsn; streaming from the standby does not need it"))
+    finally:
+        primary.close()
     return problems
 
 

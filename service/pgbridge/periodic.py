@@ -8,7 +8,7 @@ Each job is a small unit with one reason to exist; the session calls them from h
 * ``SlotCheck``: the slot's row in ``pg_replication_slots`` (retained WAL, invalidation forecast, who
   streams from it) and the server's WAL position for the stall watchdog;
 * ``Heartbeat``: a logical message into this database's WAL so a quiet slot's confirmed LSN follows
-  a busy server;
+  a busy server (``PrimaryHeartbeat`` when decoding on a standby: written on the primary);
 * ``SnapshotTick`` (between transactions only): incremental snapshot chunks and tables new in the
   publication;
 * ``AssemblerGauges`` (every housekeeping, after the progress report): the assembler's buffered and
@@ -29,6 +29,7 @@ from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import PostgresConfig, Settings
 from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
+from pgbridge.errors import SourceUnavailable
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
 from pgbridge.publish.producer import KafkaPublisher
@@ -40,6 +41,7 @@ from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotMonitor, emit_heartbeat
 from pgbridge.source.publication import MODE_FILTERED, PublicationSync
 from pgbridge.source.selection import pattern_selection, stream_filter
+from pgbridge.source.standby import PrimaryConnection
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,8 @@ class SlotCheck:
 class Heartbeat:
     """``pg_logical_emit_message`` every ``interval_s`` (0: never); turns itself off without permission."""
 
-    def __init__(self, sql: SqlConn, metrics: Metrics, interval_s: float) -> None:
-        self._sql = sql
+    def __init__(self, sql: SqlConn | None, metrics: Metrics, interval_s: float) -> None:
+        self._sql = sql  # None: a subclass writes elsewhere (PrimaryHeartbeat)
         self._metrics = metrics
         self._interval_s = interval_s
         self._next_at = time.monotonic() + interval_s if interval_s > 0 else float("inf")
@@ -92,13 +94,43 @@ class Heartbeat:
             return
         self._next_at = now + self._interval_s
         try:
-            emit_heartbeat(self._sql)
+            if not self._emit():
+                return
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("heartbeat disabled: no permission for pg_logical_emit_message",
                         extra={"error": exc.diag.message_primary})
             self._next_at = float("inf")
             return
         self._metrics.heartbeats.inc()
+
+    def _emit(self) -> bool:
+        assert self._sql is not None
+        emit_heartbeat(self._sql)
+        return True
+
+
+class PrimaryHeartbeat(Heartbeat):
+    """Decoding on a standby: the heartbeat is written on the primary (``postgres.primary_dsn``) and
+    reaches the standby by replication, where it wakes the walsender as on a primary. The primary
+    being unreachable is a warning (once per outage), not a failure of the stream."""
+
+    def __init__(self, primary: PrimaryConnection, metrics: Metrics, interval_s: float) -> None:
+        super().__init__(None, metrics, interval_s)
+        self._primary = primary
+        self._failing = False
+
+    def _emit(self) -> bool:
+        try:
+            emit_heartbeat(self._primary.get())
+        except (SourceUnavailable, psycopg.OperationalError) as exc:
+            if not self._failing:
+                log.warning("heartbeat on the primary failed; retrying at the next interval",
+                            extra={"primary": self._primary.target, "error": str(exc).strip()})
+            self._failing = True
+            self._primary.close()
+            return False
+        self._failing = False
+        return True
 
 
 class SnapshotTick:
@@ -132,21 +164,32 @@ class SnapshotTick:
 
 
 def streaming_jobs(pg: PostgresConfig, sql: SqlConn, reporter: ProgressReporter, metrics: Metrics,
-                   walsender_pid: int) -> list[Job]:
+                   walsender_pid: int, *, standby: bool = False, primary: PrimaryConnection | None = None) -> list[Job]:
     """The jobs that start with streaming: the slot check (its monitor knows our walsender's pid, to
-    tell us from another consumer of the slot) and the heartbeat."""
+    tell us from another consumer of the slot) and the heartbeat: on a standby written through
+    ``primary``, and off without it."""
     monitor = SlotMonitor(pg.slot, metrics, interval_s=pg.slot_check_interval_s, walsender_pid=walsender_pid)
-    return [SlotCheck(monitor, sql, reporter), Heartbeat(sql, metrics, pg.heartbeat_interval_s)]
+    jobs: list[Job] = [SlotCheck(monitor, sql, reporter)]
+    if not standby:
+        jobs.append(Heartbeat(sql, metrics, pg.heartbeat_interval_s))
+    elif primary is not None:
+        jobs.append(PrimaryHeartbeat(primary, metrics, pg.heartbeat_interval_s))
+    elif pg.heartbeat_interval_s > 0:
+        log.warning("postgres.heartbeat_interval_s ignored: on a standby heartbeats are written on the primary, "
+                    "through postgres.primary_dsn, which is not set")
+    return jobs
 
 
 def between_transaction_jobs(settings: Settings, sql: SqlConn, snapshotter: IncrementalSnapshotter,
-                             progress: ProgressStore, encoder: ChangeEncoder, keys: KeyColumns) -> list[Job]:
+                             progress: ProgressStore, encoder: ChangeEncoder, keys: KeyColumns, *,
+                             standby: bool = False) -> list[Job]:
     """The jobs run only between transactions, in order: a filtered publication with patterns is
-    synced first, so the snapshot tick sees the tables the sync added."""
+    synced first, so the snapshot tick sees the tables the sync added (not on a standby, which
+    cannot alter it)."""
     pg = settings.postgres
     jobs: list[Job] = []
     patterns = pattern_selection(pg)
-    if patterns is not None and pg.publication_mode == MODE_FILTERED:  # before the tick: it sees them
+    if patterns is not None and pg.publication_mode == MODE_FILTERED and not standby:  # before the tick
         jobs.append(PublicationSync(sql, pg.publication, patterns, settings.snapshot.publication_check_s))
     jobs.append(SnapshotTick(settings, sql, snapshotter, progress, encoder, keys))
     return jobs

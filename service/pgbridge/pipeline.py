@@ -80,6 +80,7 @@ from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.options import negotiate_proto_version, replication_options
 from pgbridge.source.publication import prepare_publication
 from pgbridge.source.selection import stream_filter
+from pgbridge.source.standby import PrimaryConnection, ServerRole, running_xacts_nudged, server_role
 from pgbridge.source.stream import ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
@@ -118,10 +119,15 @@ class Connections:
     database: str
     proto: int
     options: dict[str, str]
+    # A standby (decoding on a standby, source/standby.py) and its connection to the primary.
+    role: ServerRole
+    primary: PrimaryConnection | None = None
 
     def close(self) -> None:
         self.repl.close()
         self.sql.close()
+        if self.primary is not None:
+            self.primary.close()
         if self.registry is not None:
             self.registry.close()
 
@@ -142,8 +148,12 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
         if wal_level is None or wal_level[0] != "logical":
             raise FatalError(f"wal_level is {wal_level[0] if wal_level else '?'}, logical replication needs "
                              "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
-        prepare_publication(sql, pg)
+        role = server_role(sql, pg)
+        prepare_publication(sql, pg, standby=role.standby)
         repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s, failover=pg.failover_slot)
+        if role.standby:
+            repl.standby = True
+            repl.slot_creation = partial(running_xacts_nudged, role.primary_dsn, connect_timeout_s=pg.connect_timeout_s)
         repl.connect()
         proto = negotiate_proto_version(repl.server_version, pg.proto_version)
         options = replication_options(pg, proto, repl.server_version)
@@ -171,7 +181,9 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             repl.close()
         sql.close()
         raise
-    return Connections(sql, repl, encoder, keys, registry, database, proto, options)
+    primary = None if role.primary_dsn is None else PrimaryConnection(role.primary_dsn,
+                                                                       connect_timeout_s=pg.connect_timeout_s)
+    return Connections(sql, repl, encoder, keys, registry, database, proto, options, role, primary)
 
 
 class Session:
@@ -211,7 +223,8 @@ class Session:
         conn = self.conn = open_session(self.settings, self.assembler, self.publisher, self.metrics)
         validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, stream_filter(pg))
         records = self.progress.load()
-        snapshotter = self.incremental = IncrementalSnapshotter.of(self.settings, self.progress, self.metrics)
+        snapshotter = self.incremental = IncrementalSnapshotter.of(
+            self.settings, self.progress, self.metrics, dsn=conn.role.write_dsn(pg.dsn.get_secret_value()))
         snapshotter.load(records)
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
@@ -223,9 +236,10 @@ class Session:
         dispatcher.position = self.publisher.start_transactions()
         conn.repl.start_replication(pg.slot, INVALID_LSN, conn.options)
         self.identity.streaming()
-        self._jobs += streaming_jobs(pg, conn.sql, self.reporter, self.metrics, conn.repl.pgconn.backend_pid)
+        self._jobs += streaming_jobs(pg, conn.sql, self.reporter, self.metrics, conn.repl.pgconn.backend_pid,
+                                     primary=conn.primary, standby=conn.role.standby)
         self._between_transactions += between_transaction_jobs(self.settings, conn.sql, snapshotter, self.progress,
-                                                               conn.encoder, conn.keys)
+                                                               conn.encoder, conn.keys, standby=conn.role.standby)
         self.stream = ReplicationStream(conn.repl)
         self.decoder = PgoutputDecoder(conn.proto)
         self.health.streaming = True

@@ -53,6 +53,13 @@ class PostgresConfig(_Section):
     slot_check_interval_s: float = Field(default=DEFAULT_SLOT_CHECK_INTERVAL_S, gt=0)
     heartbeat_interval_s: float = Field(default=DEFAULT_HEARTBEAT_INTERVAL_S, ge=0)
 
+    # Decoding on a standby (Postgres 16+): a standby cannot write, so pgbridge's own writes
+    # (heartbeat messages, incremental snapshot watermarks and reads, the running-xacts record a
+    # slot created on a standby waits for) go to this connection to the primary. Unset on a
+    # standby: heartbeats and incremental snapshots are off, each with a log line. Unused when
+    # postgres.dsn is a primary (docs/operations.md, "Decoding on a standby").
+    primary_dsn: SecretStr | None = None
+
     # Create the slot as a failover slot (Postgres 17+) so a standby with sync_replication_slots
     # keeps it synchronized and pgbridge resumes on the promoted standby; ignored on older servers.
     failover_slot: bool = True

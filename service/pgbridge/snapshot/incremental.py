@@ -214,9 +214,11 @@ class _PendingChunk:
 class IncrementalSnapshotter:
     """Drives incremental snapshots from the pipeline's main thread (no threads of its own)."""
 
-    def __init__(self, *, dsn: str, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
+    def __init__(self, *, dsn: str | None, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
                  progress: ProgressStore, metrics: Metrics, connect_timeout_s: float,
                  filters: Mapping[str, str] | None = None, selection: TableSelection | None = None) -> None:
+        # Where watermarks are written and chunks read: None on a standby without postgres.primary_dsn
+        # (source/standby.py), where incremental snapshots cannot run.
         self._dsn = dsn
         self._filters = dict(filters or {})  # snapshot.filters by canonical table name
         # postgres.table_include/exclude (source/selection.py stream_filter): a signal naming a table the
@@ -242,11 +244,13 @@ class IncrementalSnapshotter:
         self.window_table: str | None = None
 
     @classmethod
-    def of(cls, settings: Settings, progress: ProgressStore, metrics: Metrics) -> IncrementalSnapshotter:
-        """The session's snapshotter, built from the ``postgres`` and ``snapshot`` sections."""
+    def of(cls, settings: Settings, progress: ProgressStore, metrics: Metrics, *,
+           dsn: str | None) -> IncrementalSnapshotter:
+        """The session's snapshotter, built from the ``postgres`` and ``snapshot`` sections, writing its
+        watermarks through ``dsn`` (``ServerRole.write_dsn``: the primary when decoding on a standby)."""
         pg = settings.postgres
         return cls(
-            dsn=pg.dsn.get_secret_value(), slot=pg.slot, publication=pg.publication,
+            dsn=dsn, slot=pg.slot, publication=pg.publication,
             chunk_rows=settings.snapshot.chunk_rows, signal_prefix=settings.snapshot.signal_prefix,
             progress=progress, metrics=metrics, connect_timeout_s=pg.connect_timeout_s,
             filters=settings.snapshot.filters, selection=stream_filter(settings.postgres))
@@ -395,6 +399,15 @@ class IncrementalSnapshotter:
             self._pending = None
         if not self.state.queue or self.state.paused:
             return
+        if self._dsn is None:
+            log.error("incremental snapshots cannot run on a standby without postgres.primary_dsn (their watermarks "
+                      "are logical messages, which only the primary can write); skipped",
+                      extra={"tables": self.state.queue, "hint": "set postgres.primary_dsn to the primary, then send "
+                             "the execute-snapshot signal again"})
+            self.state.queue.clear()
+            self.state.after = None
+            self._persist(sync=False)
+            return
         table = self.state.queue[0]
         entry = self._plan(table, key_columns)
         if entry is None:
@@ -433,6 +446,7 @@ class IncrementalSnapshotter:
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
+            assert self._dsn is not None  # tick() skips every table without one
             conninfo = build_conninfo(self._dsn, replication=False, connect_timeout_s=self._connect_timeout_s)
             try:
                 self._conn = psycopg.connect(conninfo, autocommit=True)

@@ -8,6 +8,8 @@ the one place that sees the raw status.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Final
 
@@ -114,6 +116,10 @@ def result_error(result: pq.abc.PGresult, what: str) -> Exception:
     if sqlstate in _FATAL_SQLSTATES:
         cls: type[FatalError] = SlotError if sqlstate in {"42704", "55000"} else FatalError
         return cls(f"{what} failed: {message}", hint=_FATAL_SQLSTATES[sqlstate])
+    if sqlstate == "55000" and "on the primary" in message:  # decoding on a standby (source/standby.py)
+        return FatalError(f"{what} failed: {message}",
+                          hint="on the primary: ALTER SYSTEM SET wal_level = logical; then restart it (the standby "
+                          "decodes once it has replayed WAL written at that level)")
     if sqlstate == "55006":  # object_in_use: slot active for another process
         return SlotInUse(f"{what} failed: {message}")
     return SourceUnavailable(f"{what} failed: {message} (SQLSTATE {sqlstate or 'none'})")
@@ -129,6 +135,10 @@ class ReplicationConnection:
         # postgres.failover_slot: make the slot a failover slot where the server has them (17+).
         self.failover = failover
         self._failover_ignored_logged = False
+        # Decoding on a standby (source/standby.py): no failover slots there, and slot creation
+        # runs inside this context (which asks the primary for the record the creation waits for).
+        self.standby = False
+        self.slot_creation: Callable[[], AbstractContextManager[None]] = nullcontext
 
     @property
     def pgconn(self) -> pq.abc.PGconn:
@@ -179,6 +189,11 @@ class ReplicationConnection:
         (logged once per connection)."""
         if not self.failover:
             return False
+        if self.standby:
+            if not self._failover_ignored_logged:
+                self._failover_ignored_logged = True
+                log.info("postgres.failover_slot ignored: a slot on a standby cannot be a failover slot")
+            return False
         if self.server_version < FAILOVER_VERSION:
             if not self._failover_ignored_logged:
                 self._failover_ignored_logged = True
@@ -199,7 +214,8 @@ class ReplicationConnection:
             sql = (f'CREATE_REPLICATION_SLOT "{name}" LOGICAL pgoutput'
                    f"{' TWO_PHASE' if two_phase else ''}"
                    f" {'EXPORT_SNAPSHOT' if export_snapshot else 'NOEXPORT_SNAPSHOT'}")
-        (slot_name, consistent_point, snapshot_name, _plugin), = self.command(sql, "CREATE_REPLICATION_SLOT")
+        with self.slot_creation():
+            (slot_name, consistent_point, snapshot_name, _plugin), = self.command(sql, "CREATE_REPLICATION_SLOT")
         return CreatedSlot(slot_name or name, parse_lsn(consistent_point or "0/0"), snapshot_name)
 
     def ensure_failover(self, slot: str) -> bool:

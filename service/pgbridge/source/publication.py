@@ -72,15 +72,19 @@ def is_all_tables(conn: SqlConn, publication: str) -> bool:
     return row is not None and bool(row[0])
 
 
-def prepare_publication(conn: SqlConn, pg: PostgresConfig) -> None:
+def prepare_publication(conn: SqlConn, pg: PostgresConfig, *, standby: bool = False) -> None:
     """Make the publication what ``pg.publication_mode`` asks for, before the slot streams it.
 
-    With patterns they are resolved first, so a selection that matches nothing fails at start.
+    With patterns they are resolved first, so a selection that matches nothing fails at start. On a
+    standby (source/standby.py) nothing is created or altered: see ``check_on_standby``.
     """
     selection = pattern_selection(pg)
     selected = resolve_selection(conn, selection) if selection is not None else pg.table_pairs
     version = conn.info.server_version
     exists = slots.publication_exists(conn, pg.publication)
+    if standby:
+        check_on_standby(conn, pg, selected, exists=exists)
+        return
     if pg.publication_mode == MODE_DISABLED:
         if not exists:
             raise FatalError(f"publication {pg.publication} does not exist and postgres.publication_mode is "
@@ -100,6 +104,29 @@ def prepare_publication(conn: SqlConn, pg: PostgresConfig) -> None:
         _create(conn, pg.publication, selected)
         return
     add_missing_tables(conn, pg.publication, selected)
+
+
+def check_on_standby(conn: SqlConn, pg: PostgresConfig, selected: list[tuple[str, str]] | None, *,
+                     exists: bool) -> None:
+    """A standby is read-only: the publication must have been created on the primary (it replicates).
+    Missing, it is an error naming the statement to run there; lacking selected tables, a warning
+    naming the ``ALTER PUBLICATION`` (they are not captured until it runs on the primary)."""
+    version = conn.info.server_version
+    if not exists:
+        tables = None if pg.publication_mode == MODE_ALL_TABLES else selected or []
+        raise FatalError(f"publication {pg.publication} does not exist on the standby, and a standby cannot create "
+                         "it (read-only)",
+                         hint=f"create it on the primary; it replicates to the standby: "
+                         f"{create_statement(pg.publication, tables, version)}")
+    if pg.publication_mode == MODE_ALL_TABLES or not selected or is_all_tables(conn, pg.publication):
+        return
+    members = member_tables(conn, pg.publication)
+    lacking = [table_name(schema, name) for schema, name in selected if (schema, name) not in members]
+    if lacking:
+        log.warning("the publication lacks selected tables and a standby cannot add them: they are not captured",
+                    extra={"publication": pg.publication, "tables": lacking,
+                           "hint": f"on the primary: ALTER PUBLICATION {pg.publication} ADD TABLE "
+                           f"{', '.join(lacking)};"})
 
 
 def _create(conn: SqlConn, publication: str, tables: list[tuple[str, str]] | None) -> None:
