@@ -15,7 +15,7 @@ import textwrap
 import threading
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgbridge import __version__
 from pgbridge.config import Settings, load_settings
@@ -74,8 +74,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
               "Prints one line per problem with its fix; exit 0 only if run can start.",
               "  pgbridge check\n  pgbridge check --config pgbridge.yaml --debug"),
     "schemas": ("print the Avro schemas run would use",
-                "Print, as JSON, the topic and the Avro key and value schemas of every published table.",
-                "  pgbridge schemas | jq '.[].topic'"),
+                "Print, as JSON, the topic and the Avro key and value schemas of every published table (with "
+                "schema_registry.url set, also their subjects). --subjects prints instead every Schema Registry "
+                "subject run uses with its schema, transaction and message topics included: what to register "
+                "beforehand with schema_registry.auto_register false.",
+                "  pgbridge schemas | jq '.[].topic'\n  pgbridge schemas --subjects | jq -r '.[].subject'"),
     "status": ("slot, lag, leader and snapshot progress",
                "Report where the bridge is, read from Postgres and Kafka (works whether pgbridge runs or "
                "not): the slot and who streams it, the lag in bytes, the replica holding the leader lock, "
@@ -130,8 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pgbridge {__version__}")
     _global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name in ("run", "check", "schemas"):
+    for name in ("run", "check"):
         _command(sub, name)
+    _command(sub, "schemas").add_argument("--subjects", action="store_true",
+                                          help="every registry subject and its schema, as run names them")
     _command(sub, "status").add_argument("--json", action="store_true", help="machine-readable output")
     _command(sub, "config").add_argument("--json", action="store_true", help="JSON instead of YAML")
     slot = sub.add_parser("slot", help="replication slot administration",
@@ -209,7 +214,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         return _check(settings, debug=args.debug)
     if args.command == "schemas":
-        return _schemas(settings)
+        return _schemas(settings, subjects=args.subjects)
     if args.command == "status":
         return _status(settings, as_json=args.json, debug=args.debug)
     if args.command == "config":
@@ -338,7 +343,7 @@ def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresC
                       hint="create the publication, or set postgres.tables or the include/exclude patterns")
 
 
-def _schemas(settings: Settings) -> int:
+def _schemas(settings: Settings, *, subjects: bool = False) -> int:
     from pgbridge.decode.messages import Relation
     from pgbridge.encode.columns import ColumnRules, encoder_for
     from pgbridge.encode.wire import SingleObjectRegistrar
@@ -364,12 +369,25 @@ def _schemas(settings: Settings) -> int:
             topic_prefix=settings.kafka.topic_prefix, database=conn.info.dbname,
             registrar=SingleObjectRegistrar(lambda _fp, _schema: None), key_resolver=keys,
             type_catalog=CatalogTypes(conn), numeric=numeric_policy(settings.types),
-            router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]))
-        output = []
+            router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]),
+            subject_strategy=settings.schema_registry.subject_name_strategy)
+        output: list[dict[str, Any]] = []
+        registered: dict[str, dict[str, Any]] = {}  # subject -> schema, in the order run meets them
         for schema, table in tables:
             relation = slots.relation_from_catalog(conn, str(schema), str(table), pg.publication)
-            output.append({"table": f"{schema}.{table}", "topic": encoder.topic_for(relation),
-                           "key": encoder.key_schema(relation), "value": encoder.value_schema(relation)})
+            key, value = encoder.key_schema(relation), encoder.value_schema(relation)
+            entry = {"table": f"{schema}.{table}", "topic": encoder.topic_for(relation), "key": key, "value": value}
+            key_subject, value_subject = encoder.subjects(relation)
+            if settings.schema_registry.url:
+                entry.update(key_subject=key_subject, value_subject=value_subject)
+            output.append(entry)
+            if key_subject is not None and key is not None:
+                registered.setdefault(key_subject, key)
+            registered.setdefault(value_subject, value)
+        for _topic, subject, fixed in encoder.fixed_schemas():
+            registered.setdefault(subject, fixed)
+    if subjects:
+        output = [{"subject": subject, "schema": schema} for subject, schema in registered.items()]
     json.dump(output, sys.stdout, indent=2)
     print()
     return EXIT_OK

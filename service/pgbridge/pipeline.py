@@ -171,7 +171,7 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
             topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
             toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
-            observer=EncodeMetrics(metrics),
+            observer=EncodeMetrics(metrics), subject_strategy=settings.schema_registry.subject_name_strategy,
             router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication, stream_filter(pg))))
         if isinstance(encoder, PolicyEncoder):
             encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)

@@ -205,6 +205,12 @@ class SchemaRegistryConfig(_Section):
     # Per HTTP request. A registry that does not answer in this time counts as unreachable, so the
     # session restarts with backoff instead of hanging between two transactions.
     timeout_s: float = Field(default=DEFAULT_REGISTRY_TIMEOUT_S, gt=0)
+    # false: never register; look each writer schema up under its subject (for registries with
+    # auto.register.schemas=false), and stop naming the subject when it is not there.
+    auto_register: bool = True
+    # How subjects are named (encode/subjects.py): topic {topic}-key/-value (Confluent's default
+    # TopicNameStrategy), record {record full name}, topic_record {topic}-{record full name}.
+    subject_name_strategy: Literal["topic", "record", "topic_record"] = "topic"
 
     @field_validator("url")
     @classmethod

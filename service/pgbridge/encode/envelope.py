@@ -34,6 +34,7 @@ from pgbridge.decode.messages import IDENTITY_FULL, IDENTITY_INDEX, Relation, Tu
 from pgbridge.encode import schemas
 from pgbridge.encode.plan import TablePlan, kernel_built
 from pgbridge.encode.schemas import Schema
+from pgbridge.encode.subjects import SubjectNameStrategy, subject_name
 from pgbridge.encode.toast import TOAST_CACHE, TOAST_MARKER, TOAST_OLD_TUPLE, TOAST_POLICIES, ToastCache
 from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames
 from pgbridge.encode.wire import (
@@ -153,6 +154,7 @@ class ChangeEncoder:
     ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
     it is asked once per (subject, schema), when a Relation version is first used, so in
     registry-less mode the schema is durable in ``_schemas`` before the first record using it.
+    ``subject_strategy`` names the subjects (``encode.subjects``: ``topic``, ``record``, ``topic_record``).
     ``numeric`` maps ``numeric`` without precision to a decimal (``types.NumericPolicy``) instead
     of its exact string. ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
     tests compare the two).
@@ -162,8 +164,10 @@ class ChangeEncoder:
                  key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
                  type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
                  observer: EncodeObserver | None = None, native: bool = True,
-                 numeric: NumericPolicy | None = None, router: TopicRouter | None = None) -> None:
+                 numeric: NumericPolicy | None = None, router: TopicRouter | None = None,
+                 subject_strategy: SubjectNameStrategy = "topic") -> None:
         schemas.check_envelope_layout()
+        self._subject_strategy: SubjectNameStrategy = subject_strategy  # encode/subjects.py
         self._native = native and kernel_built()
         self._numeric = numeric
         self._prefix = topic_prefix
@@ -233,6 +237,29 @@ class ChangeEncoder:
         value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names))
         return _TableSchemas(codecs, key_indexes, key, value)
 
+    def subject(self, topic: str, schema: Schema, *, key: bool) -> str:
+        """The registry subject of a key or value schema on ``topic`` (``encode.subjects``)."""
+        return subject_name(self._subject_strategy, topic, schema, key=key)
+
+    def subjects(self, relation: Relation) -> tuple[str | None, str]:
+        """The key subject (``None`` for a null key) and the value subject of ``relation``, as ``run``
+        registers them (for ``pgbridge schemas``)."""
+        tables = self._schemas(relation)
+        topic = self.topic_for(relation)
+        return (None if tables.key is None else self.subject(topic, tables.key, key=True),
+                self.subject(topic, tables.value, key=False))
+
+    def fixed_schemas(self) -> list[tuple[str, str, Schema]]:
+        """(topic, subject, schema) of the records not of a table: transaction boundaries and logical
+        messages, keys first (for ``pgbridge schemas --subjects``)."""
+        out: list[tuple[str, str, Schema]] = []
+        for topic, key_name, value_name in ((self.transactions_topic, "transaction_key", "transaction_boundary"),
+                                            (self.messages_topic, "message_key", "message")):
+            for name, is_key in ((key_name, True), (value_name, False)):
+                schema = self._fixed[name].schema
+                out.append((topic, self.subject(topic, schema, key=is_key), schema))
+        return out
+
     def _header(self, subject: str, schema: Schema) -> bytes:
         cache_key = (subject, fingerprint64(schema))
         header = self._headers.get(cache_key)
@@ -253,8 +280,9 @@ class ChangeEncoder:
         topic, table_key = self._router.route(relation.namespace, relation.name)
         table = f"{relation.namespace}.{relation.name}"
         self._note_schema_change(table, value)
-        key_header = self._header(f"{topic}-key", key) + (write_string(table) if table_key else b"") if key else b""
-        value_header = self._header(f"{topic}-value", value)
+        key_header = (self._header(self.subject(topic, key, key=True), key) + (write_string(table) if table_key else b"")
+                      if key else b"")
+        value_header = self._header(self.subject(topic, value, key=False), value)
         return TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
                           key_indexes=key_indexes, key_schema=key, value_schema=value,
                           key_header=key_header, value_header=value_header,
@@ -373,7 +401,8 @@ class ChangeEncoder:
         headers = self._fixed_headers.get((topic, key_name, value_name))
         if headers is None:
             headers = self._fixed_headers[(topic, key_name, value_name)] = (
-                self._header(f"{topic}-key", key_record.schema), self._header(f"{topic}-value", value_record.schema))
+                self._header(self.subject(topic, key_record.schema, key=True), key_record.schema),
+                self._header(self.subject(topic, value_record.schema, key=False), value_record.schema))
         key_header, value_header = headers
         return OutRecord(topic, key_record.write(key_header, key, self._buffer),
                          value_record.write(value_header, value, self._buffer))

@@ -4,8 +4,11 @@ Registry-less mode: ``schema_announcer`` produces each schema to ``{prefix}._sch
 for Kafka's acknowledgement before the first record that uses it is produced.
 
 Registry mode (``schema_registry.url`` set): ``ConfluentRegistrar`` registers each writer schema
-under ``{topic}-key`` / ``{topic}-value`` through confluent-kafka's ``SchemaRegistryClient`` and
-frames records with the Confluent wire format (``encode.wire.confluent_header``). Registration
+under its subject (``encode.subjects``: ``{topic}-key`` / ``{topic}-value`` by default) through
+confluent-kafka's ``SchemaRegistryClient`` and frames records with the Confluent wire format
+(``encode.wire.confluent_header``). With ``schema_registry.auto_register: false`` it only looks the
+schema up under the subject (``POST /subjects/{subject}``) and never registers; a schema the subject
+does not hold is a ``SchemaError`` naming the subject, raised before the record is produced. Registration
 happens when a table's Relation version is first used, before any record with that schema is
 produced, so a rejected schema stops the stream *before* the change that needed it: nothing at or
 after that change is confirmed, and the change is read again after the operator fixed the cause.
@@ -45,6 +48,7 @@ _CLIENT_RETRIES: Final = 1
 _CLIENT_RETRY_WAIT_MS: Final = 200
 _CLIENT_RETRY_MAX_WAIT_MS: Final = 500
 _TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
+_SUBJECT_NOT_FOUND: Final = 40401  # the registry's error code of a 404 for an unknown subject (40403: schema)
 _USERINFO: Final = re.compile(r"(://)[^/@\s]+@")
 # The HTTP library under confluent-kafka's registry client: httpx, or its successor httpx2 that
 # 2.16 prefers when installed. Both are looked up by their public names (never through the client's
@@ -160,15 +164,16 @@ class ConfluentRegistrar:
     holds returns its existing id, which is what makes a restart re-use the ids it had.
     """
 
-    def __init__(self, client: SchemaRegistryClient, url: str) -> None:
+    def __init__(self, client: SchemaRegistryClient, url: str, *, auto_register: bool = True) -> None:
         self._client = client
         self._url = url
+        self._auto_register = auto_register
 
     @classmethod
     def connect(cls, config: SchemaRegistryConfig) -> ConfluentRegistrar:
         """Build the client and probe the registry, so an unreachable registry fails the session at
         start (and is retried) rather than in the middle of the first transaction."""
-        registrar = cls(registry_client(config), config.url or "")
+        registrar = cls(registry_client(config), config.url or "", auto_register=config.auto_register)
         try:
             registrar.probe()
         except BaseException:
@@ -184,11 +189,36 @@ class ConfluentRegistrar:
             raise registry_error(exc, self._url) from None
 
     def header_for(self, subject: str, schema: dict[str, Any]) -> bytes:
+        if not self._auto_register:
+            return confluent_header(self._look_up(subject, schema))
         try:
             schema_id = self._client.register_schema(subject, Schema(schema_json(schema), "AVRO"))
         except Exception as exc:
             raise registry_error(exc, self._url, subject) from None
         return confluent_header(int(schema_id))
+
+    def _look_up(self, subject: str, schema: dict[str, Any]) -> int:
+        """The id of ``schema`` under ``subject`` (``schema_registry.auto_register: false``)."""
+        try:
+            registered = self._client.lookup_schema(subject, Schema(schema_json(schema), "AVRO"))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                missing = ("has no subject" if exc.error_code == _SUBJECT_NOT_FOUND
+                           else "has no matching schema under subject")
+                raise SchemaError(
+                    f"Schema Registry at {public_url(self._url)} {missing} {subject}, and "
+                    "schema_registry.auto_register is false, so pgbridge does not register it",
+                    hint=f"register the writer schema under {subject} (pgbridge schemas --subjects prints every "
+                    "subject and schema run needs) and restart pgbridge: the change that needed it was not "
+                    "confirmed and is read again; or set schema_registry.auto_register to true") from None
+            raise registry_error(exc, self._url, subject) from None
+        except Exception as exc:
+            raise registry_error(exc, self._url, subject) from None
+        if registered.schema_id is None:
+            raise FatalError(f"Schema Registry at {public_url(self._url)} answered the look-up of subject {subject} "
+                             "without a schema id",
+                             hint="check that schema_registry.url points at a Confluent-compatible Schema Registry")
+        return int(registered.schema_id)
 
     def close(self) -> None:
         close_client(self._client)

@@ -211,3 +211,26 @@ def test_registry_settings_are_checked_and_credentials_never_shown() -> None:
     with pytest.raises(RegistryUnavailable) as caught:
         _registrar(f"http://user:hunter2@127.0.0.1:{free_port()}")
     assert "hunter2" not in caught.value.one_line()
+
+
+# --- schema_registry.auto_register: false (look up, never register) -------------------------------
+
+
+def test_lookup_only_frames_with_the_id_the_subject_already_holds(registry: RegistryDouble) -> None:
+    schema_id = registry.register("t.public.items-value", V1)
+    registrar = _registrar(registry.url, auto_register=False)
+    assert registrar.header_for("t.public.items-value", V1) == b"\x00" + schema_id.to_bytes(4, "big")
+    assert not [path for method, path in registry.requests() if method == "POST" and path.endswith("/versions")]
+
+
+@pytest.mark.parametrize("registered", [None, V1], ids=["no subject", "other schema"])
+def test_lookup_only_stops_naming_the_subject_when_the_schema_is_not_there(registry: RegistryDouble,
+                                                                          registered: Any) -> None:
+    if registered is not None:
+        registry.register("t.public.items-value", registered)
+    registrar = _registrar(registry.url, auto_register=False)
+    with pytest.raises(SchemaError) as caught:
+        registrar.header_for("t.public.items-value", V2_ADDED)
+    assert "t.public.items-value" in str(caught.value) and "auto_register is false" in str(caught.value)
+    assert caught.value.hint is not None and "pgbridge schemas --subjects" in caught.value.hint
+    assert registry.subjects() == ({} if registered is None else {"t.public.items-value": [1]})
