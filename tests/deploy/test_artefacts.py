@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -558,11 +559,53 @@ def _one(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def _container(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = _one(documents, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
+def _container(documents: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
+    """pgbridge's container (a pod may have sidecars: extraContainers)."""
+    containers = _one(documents, kind)["spec"]["template"]["spec"]["containers"]
+    if kind == "Deployment":
+        assert containers[0]["name"] == "pgbridge", "pgbridge's container comes first"
     container: dict[str, Any] = containers[0]
     return container
+
+
+def _image_env() -> dict[str, str]:
+    """The PGBRIDGE_* variables the image's runtime stage sets (ENV): the container starts with them,
+    and a variable the pod spec sets replaces the image's."""
+    env: dict[str, str] = {}
+    for keyword, arguments in _dockerfile_final_stage():
+        if keyword == "ENV":
+            for item in shlex.split(arguments):
+                name, _, value = item.partition("=")
+                if name.startswith("PGBRIDGE_"):
+                    env[name] = value
+    return env
+
+
+def _effective_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as pgbridge sees it: the image's ENV, then the pod spec's env in
+    order (Secret references replaced by placeholders)."""
+    env = _image_env()
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:
+            ref = item["valueFrom"]["secretKeyRef"]
+            env[item["name"]] = f"postgresql://secret-{ref['name']}-{ref['key']}@db/app" \
+                if item["name"] == "PGBRIDGE_POSTGRES__DSN" else f"secret-{ref['name']}-{ref['key']}"
+    return env
+
+
+def _pod_settings(documents: list[dict[str, Any]], tmp_path: Path, kind: str = "Deployment") -> Any:
+    """pgbridge's settings in the rendered pod: the image's and the pod's environment plus the
+    ConfigMap's file, loaded by pgbridge's own loader."""
+    config_map = _one(documents, "ConfigMap")
+    container = _container(documents, kind)
+    env = {name: value for name, value in _effective_env(container).items() if name.startswith("PGBRIDGE_")}
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == env["PGBRIDGE_CONFIG"])
+    config_file = tmp_path / mount["subPath"]
+    config_file.write_text(config_map["data"][mount["subPath"]], encoding="utf-8")
+    env["PGBRIDGE_CONFIG"] = str(config_file)
+    return _load_settings(None, env)
 
 
 def test_chart_ci_values_include_a_servicemonitor_case() -> None:
@@ -633,6 +676,8 @@ def test_chart_runs_at_most_one_streaming_pod() -> None:
     pdb = _one(documents, "PodDisruptionBudget")
     assert "minAvailable" not in pdb["spec"], "minAvailable on a single pod would block node drains"
     assert pdb["spec"]["maxUnavailable"] == 1
+    # a pod that is not Ready (Kafka unreachable) never holds a drain up
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
 
 
@@ -671,6 +716,10 @@ def test_chart_pod_is_hardened_and_probed() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
+    # health.py: /healthz fails only a wedged pipeline, /readyz is alive and doing its job (ready while
+    # snapshotting or standing by too), the startup probe holds both off until the server answers.
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] >= 120
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
@@ -704,26 +753,151 @@ def test_chart_takes_credentials_only_from_secrets() -> None:
 @pytest.mark.parametrize("values_file", list(_values_cases()))
 def test_chart_configuration_is_a_valid_pgbridge_configuration(values_file: Path | None, tmp_path: Path) -> None:
     documents = _manifests(_render(_load_values(values_file)))
-    config_map = _one(documents, "ConfigMap")
     container = _container(documents)
-    env: dict[str, str] = {}
-    for item in container["env"]:
-        if "value" in item:
-            env[item["name"]] = item["value"]
-        else:
-            ref = item["valueFrom"]["secretKeyRef"]
-            env[item["name"]] = f"postgresql://secret-{ref['name']}-{ref['key']}@db/app" \
-                if item["name"] == "PGBRIDGE_POSTGRES__DSN" else f"secret-{ref['name']}-{ref['key']}"
-    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == env["PGBRIDGE_CONFIG"])
-    config_file = tmp_path / mount["subPath"]
-    config_file.write_text(config_map["data"][mount["subPath"]], encoding="utf-8")
-    env["PGBRIDGE_CONFIG"] = str(config_file)
-    settings = _load_settings(None, env)
+    # The image's ENV is part of the pod's environment, and the environment wins over the file.
+    settings = _pod_settings(documents, tmp_path)
     assert settings.http.port == container["ports"][0]["containerPort"]
     spill_mount = next(m for m in container["volumeMounts"] if m["name"] == "spill")
     assert str(settings.buffer.spill_dir) == spill_mount["mountPath"]
+    if _load_values(values_file).get("activeStandby", {}).get("enabled"):
+        assert settings.ha.leader_election is True
     annotations = _one(documents, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"]), "config changes must roll the pod"
+
+
+def test_chart_ci_values_cover_the_deployment_variants() -> None:
+    values = {path.stem: _load_values(path) for path in CHART_CI_VALUES}
+    assert any(v.get("activeStandby", {}).get("enabled") and v.get("replicaCount", 1) > 1 for v in values.values()), (
+        "helm/pgbridge/ci/ needs an active/standby values file"
+    )
+    assert any(v.get("spill", {}).get("mountPath", SPILL_DIR) != SPILL_DIR for v in values.values()), (
+        "helm/pgbridge/ci/ needs a values file that moves the spill directory away from the image's default"
+    )
+    assert any(v.get("networkPolicy", {}).get("enabled") for v in values.values()), "no NetworkPolicy case"
+    assert any(v.get("slotDrop", {}).get("enabled") for v in values.values()), "no decommission case"
+    assert any(v.get("prometheusRule", {}).get("enabled") for v in values.values()), "no PrometheusRule case"
+
+
+def test_chart_spill_dir_is_one_setting_that_wins_over_the_image(tmp_path: Path) -> None:
+    # The image sets PGBRIDGE_BUFFER__SPILL_DIR; the environment wins over the configuration file, so
+    # the chart's spill.mountPath must reach pgbridge as that variable, not only in the file.
+    assert _image_env()["PGBRIDGE_BUFFER__SPILL_DIR"] == SPILL_DIR
+    documents = _manifests(_render({"spill": {"mountPath": "/data/spill"}}))
+    assert str(_pod_settings(documents, tmp_path).buffer.spill_dir) == "/data/spill"
+    mounts = {m["name"]: m["mountPath"] for m in _container(documents)["volumeMounts"]}
+    assert mounts["spill"] == "/data/spill"
+    config = yaml.safe_load(_one(documents, "ConfigMap")["data"]["pgbridge.yaml"])
+    assert "spill_dir" not in config.get("buffer", {}), "one source: spill.mountPath, as the environment"
+    # config.buffer.spill_dir (and config.http.port) would be silently overridden: the schema refuses them.
+    helm = _helm()
+    for values in ({"config": {"buffer": {"spill_dir": "/elsewhere"}}}, {"config": {"http": {"port": 1}}}):
+        with pytest.raises(helm.HelmError):
+            _render(values)
+    assert str(_pod_settings(_manifests(_render({"config": {"buffer": {"memory_bytes": 4096}}})), tmp_path)
+               .buffer.memory_bytes) == "4096"
+
+
+def test_chart_active_standby_turns_on_leader_election_and_spreads(tmp_path: Path) -> None:
+    values = _load_values(CHART_DIR / "ci" / "standby-values.yaml")
+    documents = _manifests(_render(values))
+    deployment = _one(documents, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    settings = _pod_settings(documents, tmp_path)
+    assert settings.ha.leader_election is True
+    assert settings.ha.standby_retry_s == 2
+    constraints = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in constraints] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    for constraint in constraints:
+        assert constraint["labelSelector"] == deployment["spec"]["selector"], "spread this release's pods"
+    # Leader election is what makes extra replicas standbys: it cannot be turned off with activeStandby.
+    with pytest.raises(_helm().HelmError, match="leader"):
+        _render({**values, "config": {"kafka": {"bootstrap_servers": "k:9092"}, "ha": {"leader_election": False}}})
+    # an explicit labelSelector is kept
+    own = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+           "labelSelector": {"matchLabels": {"team": "cdc"}}}
+    spread = _one(_manifests(_render({"topologySpreadConstraints": [own]})), "Deployment")
+    assert spread["spec"]["template"]["spec"]["topologySpreadConstraints"] == [own]
+
+
+def test_chart_extras_reach_the_pod() -> None:
+    values = _load_values(CHART_DIR / "ci" / "spill-values.yaml")
+    documents = _manifests(_render(values))
+    pod = _one(documents, "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["pgbridge", "log-shipper"]
+    assert [c["name"] for c in pod["initContainers"]] == ["wait-for-dns"]
+    env = {item["name"]: item.get("value") for item in pod["containers"][0]["env"]}
+    assert env["TZ"] == "UTC" and env["PGBRIDGE_LOG__LEVEL"] == "DEBUG"
+    assert "shared-logs" in {v["name"] for v in pod["volumes"]}
+    assert "/var/log/pgbridge" in {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert pod["containers"][0]["ports"][0]["containerPort"] == 9464
+    default_pod = _one(_manifests(_render(None)), "Deployment")["spec"]["template"]["spec"]
+    assert len(default_pod["containers"]) == 1 and "initContainers" not in default_pod
+
+
+def test_chart_networkpolicy_limits_ingress_to_http_and_egress_to_the_servers() -> None:
+    assert not [d for d in _manifests(_render(None)) if d["kind"] == "NetworkPolicy"]
+    values = _load_values(CHART_DIR / "ci" / "networkpolicy-values.yaml")
+    documents = _manifests(_render(values))
+    policy = _one(documents, "NetworkPolicy")["spec"]
+    deployment = _one(documents, "Deployment")
+    assert policy["podSelector"] == deployment["spec"]["selector"]
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": HTTP_PORT, "protocol": "TCP"}]
+    assert ingress["from"] == values["networkPolicy"]["ingress"]["from"]
+    egress = policy["egress"]
+    ports = [sorted((p["port"], p["protocol"]) for p in rule["ports"]) for rule in egress]
+    assert ports == [[(53, "TCP"), (53, "UDP")], [(5432, "TCP")], [(9092, "TCP"), (9093, "TCP")], [(8081, "TCP")],
+                     [(4317, "TCP")]]
+    assert egress[1]["to"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
+    assert egress[2]["to"] == values["networkPolicy"]["egress"]["kafka"]["to"]
+    # without CIDRs or peers a destination is open on its ports only; without ports it has no rule
+    open_policy = _one(_manifests(_render({"networkPolicy": {"enabled": True, "egress": {
+        "schemaRegistry": {"ports": []}}}})), "NetworkPolicy")["spec"]
+    assert [sorted(p["port"] for p in rule["ports"]) for rule in open_policy["egress"]] == [[53, 53], [5432], [9092]]
+    assert all("to" not in rule for rule in open_policy["egress"])
+    assert "from" not in open_policy["ingress"][0]
+    with pytest.raises(_helm().HelmError):
+        _render({"networkPolicy": {"enabled": True, "egress": {"postgres": {"cidrs": ["not a cidr"]}}}})
+
+
+def test_chart_decommission_drops_the_slot_from_a_job_after_scaling_to_zero(tmp_path: Path) -> None:
+    assert not [d for d in _manifests(_render(None)) if d["kind"] == "Job"]
+    helm = _helm()
+    # The slot is active in a streaming pod: dropping it needs every pod gone first.
+    with pytest.raises(helm.HelmError, match="replicaCount"):
+        _render({"slotDrop": {"enabled": True}})
+    values = _load_values(CHART_DIR / "ci" / "decommission-values.yaml")
+    documents = _manifests(_render(values))
+    deployment = _one(documents, "Deployment")
+    assert deployment["spec"]["replicas"] == 0
+    job = _one(documents, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    container = _container(documents, "Job")
+    args = container["args"]
+    assert args[:3] == ["slot", "drop", "--yes"] and args[3] == "--timeout"
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert float(args[4]) > grace, "the Job waits longer than a terminating pod may hold the slot"
+    # the same configuration, Secrets and volumes (CA files) as the pod
+    assert container["env"] == _container(documents)["env"]
+    assert {v["name"] for v in pod["volumes"]} == {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    settings = _pod_settings(documents, tmp_path, "Job")
+    assert settings.postgres.dsn.get_secret_value() == "postgresql://secret-pgbridge-postgres-dsn@db/app"
+    assert settings.postgres.slot == _pod_settings(documents, tmp_path).postgres.slot
+    assert pod["securityContext"]["runAsNonRoot"] is True and container["securityContext"]["readOnlyRootFilesystem"]
+    # The Job's pod is not one of the Deployment's: no Service endpoint, no PDB, no NetworkPolicy.
+    selector = deployment["spec"]["selector"]["matchLabels"].items()
+    assert not selector <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+
+
+def test_chart_notes_give_a_decommission_procedure_that_works() -> None:
+    notes = _render(None)["pgbridge/templates/NOTES.txt"]
+    # `kubectl exec deploy/... -- pgbridge slot drop` runs in the pod that holds the slot: it cannot work.
+    assert not re.search(r"exec[^\n]*slot drop", notes), notes
+    assert "replicaCount=0" in notes and "slotDrop.enabled=true" in notes
+    assert "job/pgb-pgbridge-slot-drop" in notes
 
 
 def test_chart_servicemonitor_is_opt_in_and_targets_the_service() -> None:
