@@ -9,6 +9,8 @@ Each job is a small unit with one reason to exist; the session calls them from h
   streams from it) and the server's WAL position for the stall watchdog;
 * ``Heartbeat``: a logical message into this database's WAL so a quiet slot's confirmed LSN follows
   a busy server (``PrimaryHeartbeat`` when decoding on a standby: written on the primary);
+* ``PromotionWatch`` (decoding on a standby): the standby was promoted, so the session ends and the
+  next one streams as from a primary;
 * ``SnapshotTick`` (between transactions only): incremental snapshot chunks and tables new in the
   publication;
 * ``AssemblerGauges`` (every housekeeping, after the progress report): the assembler's buffered and
@@ -41,7 +43,7 @@ from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotMonitor, emit_heartbeat
 from pgbridge.source.publication import MODE_FILTERED, PublicationSync
 from pgbridge.source.selection import pattern_selection, stream_filter
-from pgbridge.source.standby import PrimaryConnection
+from pgbridge.source.standby import PrimaryConnection, in_recovery
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,30 @@ class PrimaryHeartbeat(Heartbeat):
         return True
 
 
+class PromotionWatch:
+    """Decoding on a standby: every ``interval_s``, whether the server left recovery. A promoted
+    standby keeps the slot and its walsender keeps streaming, but this session's writes still go to
+    the old primary (watermarks written there never reach the stream); a new session streams as
+    from a primary, from the slot's confirmed LSN."""
+
+    def __init__(self, sql: SqlConn, interval_s: float) -> None:
+        self._sql = sql
+        self._interval_s = interval_s
+        self._next_at = 0.0
+
+    def __call__(self, now: float) -> None:
+        if now < self._next_at:
+            return
+        self._next_at = now + self._interval_s
+        try:
+            promoted = not in_recovery(self._sql)
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"checking for a promotion failed: {str(exc).strip()}") from None
+        if promoted:
+            log.info("the standby was promoted; reconnecting to stream from it as from a primary")
+            raise SourceUnavailable("the standby pgbridge decodes on was promoted")
+
+
 class SnapshotTick:
     """Between transactions: drive incremental snapshots and notice tables new in the publication."""
 
@@ -170,6 +196,8 @@ def streaming_jobs(pg: PostgresConfig, sql: SqlConn, reporter: ProgressReporter,
     ``primary``, and off without it."""
     monitor = SlotMonitor(pg.slot, metrics, interval_s=pg.slot_check_interval_s, walsender_pid=walsender_pid)
     jobs: list[Job] = [SlotCheck(monitor, sql, reporter)]
+    if standby:
+        jobs.append(PromotionWatch(sql, pg.slot_check_interval_s))
     if not standby:
         jobs.append(Heartbeat(sql, metrics, pg.heartbeat_interval_s))
     elif primary is not None:

@@ -9,7 +9,8 @@ Streaming from a standby, on 18: replay equals the primary's tables: rows that e
 pgbridge started arrive through the initial snapshot (exported by the slot created on the standby),
 a workload of inserts, updates, deletes and key changes on the primary through the stream, an
 incremental snapshot signalled on the primary through watermarks written there; the slot on the
-standby advances. Postgres 15 cannot decode on a standby: pgbridge refuses it with the reason.
+standby advances. Promoted under pgbridge, the standby keeps the slot and pgbridge goes on as on a
+primary. Postgres 15 cannot decode on a standby: pgbridge refuses it with the reason.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from tests.support.http import metric, scrape
 from tests.support.postgres import (
     PgCluster,
     PgClusterFactory,
+    commit_bound,
     create_database,
     execute,
+    promote_standby,
     slot_confirmed_flush_lsn,
     start_standby,
     wal_insert_lsn,
@@ -146,6 +149,18 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
                 assert not diff_states(got, want), f"{table}: {diff_states(got, want)}"
                 reads = sum(1 for e in events if e.value is not None and e.value["op"] == "r")
                 assert reads >= ROWS // 2, f"{table}: {reads} snapshot reads of {ROWS} rows there before the start"
+            # when: the standby is promoted under pgbridge; then: it goes on as on a primary
+            promoted_at = time.monotonic()
+            promote_standby(standby)
+            marker = commit_bound(standby_dsn, "INSERT INTO items VALUES (-1, 'after promotion', 0)")
+            wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) >= marker, timeout=60,
+                       interval=0.05, message=f"nothing delivered after the promotion: {bridge.log()[-3000:]}")
+            after_promotion = time.monotonic() - promoted_at
+            assert "the standby was promoted; reconnecting" in bridge.log()
+            events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.items", topic_prefix,
+                                 min_count=ROWS, timeout=60)
+            got, want = replay(events), table_state(standby_dsn, "public.items", ("id",))
+            assert not diff_states(got, want), f"after the promotion: {diff_states(got, want)}"
             assert bridge.terminate() == 0, bridge.log()
     finally:
         standby.close()
@@ -153,7 +168,8 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
     print(f"standby decoding: slot created on the standby after waiting {waited.group(1)} s (nudged through "
           f"postgres.primary_dsn); initial snapshot done {snapshot_done:.1f} s after start; {transactions} "
           f"transactions; caught up {catch_up:.2f} s after the workload stopped; {heartbeats:.0f} heartbeats; "
-          f"slot advanced {final_confirmed - first_confirmed} bytes")
+          f"slot advanced {final_confirmed - first_confirmed} bytes; after a promotion the first new change was "
+          f"confirmed {after_promotion:.2f} s after the promote command")
 
 
 def test_a_postgres_15_standby_is_refused_with_the_reason(pg_cluster_factory: PgClusterFactory,
