@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 
 import psycopg
 import pytest
 
-from tests.support.broker import Broker
+from tests.support.broker import Broker, broker_kind
+from tests.support.kafka import create_topic
 from tests.support.ports import free_port
 from tests.support.postgres import PgClusterFactory
 
@@ -33,6 +35,32 @@ def test_check_passes_when_everything_is_in_place(pg_dsn: str, kafka_broker: Bro
     result = _check(_env(pg_dsn, kafka_broker.bootstrap))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok:" in result.stdout
+    assert "warning: max_slot_wal_keep_size is -1 (unlimited): a stuck or abandoned slot keeps WAL until the disk " \
+        "fills" in result.stdout
+
+
+def test_check_reports_topic_copies_acls_and_the_wal_kept_for_slots(pg_cluster_factory: PgClusterFactory,
+                                                                     kafka_broker: Broker) -> None:
+    if broker_kind() != "kafka":
+        pytest.skip("topic configs and the authorizer answer of Apache Kafka")
+    # given: a server that caps the WAL a slot keeps, and a topic under the prefix with one copy
+    cluster = pg_cluster_factory(15, {"max_slot_wal_keep_size": "1GB"})
+    prefix = f"chk{secrets.token_hex(4)}"
+    create_topic(kafka_broker.bootstrap, f"{prefix}.public.good")
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE good (id int PRIMARY KEY); CREATE PUBLICATION pub FOR TABLE good")
+    # when
+    result = _check(_env(cluster.dsn(), kafka_broker.bootstrap, PGBRIDGE_KAFKA__TOPIC_PREFIX=prefix))
+    # then: warnings and facts, no error
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "info: no authorizer: ACLs not checked" in result.stdout
+    assert any(line.startswith("info: max_slot_wal_keep_size is 1GB: a slot more than that behind is invalidated")
+               for line in lines), result.stdout
+    assert any(line.startswith("warning: the Kafka cluster has 1 broker(s): topics run creates get replication "
+                               "factor 1 (min.insync.replicas 1)") for line in lines), result.stdout
+    assert any(line.startswith("warning: topics with a single copy (replication factor 1): "
+                               f"{prefix}.public.good;") for line in lines), result.stdout
 
 
 def test_check_names_missing_publication_and_bad_replica_identity(pg_dsn: str, kafka_broker: Broker) -> None:

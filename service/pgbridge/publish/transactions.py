@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT_S: Final = 60.0
 INIT_TIMEOUT_S: Final = 60.0
+# The consumer group named when the ``_offsets`` topic is read back (no offsets are committed).
+OFFSETS_GROUP: Final = "pgbridge-offsets"
 READ_TIMEOUT_S: Final = 60.0
 # librdkafka error codes that mean another producer with our transactional.id took over.
 FENCED_CODES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -119,7 +121,7 @@ class _Open:
 
 def read_position(consumer_settings: dict[str, Any], topic: str, slot: str) -> Position | None:
     """The last committed ``_offsets`` record of ``slot`` (``read_committed``), or None."""
-    latest = read_compacted({**consumer_settings, "group.id": "pgbridge-offsets"}, topic,
+    latest = read_compacted({**consumer_settings, "group.id": OFFSETS_GROUP}, topic,
                             timeout_s=READ_TIMEOUT_S, key_prefix=slot)
     value = latest.get(slot)
     return None if value is None else Position.from_json(value)
