@@ -938,5 +938,7 @@ def test_grafana_provisioning_points_at_the_mounted_dashboard() -> None:
 def test_deployment_doc_covers_operations() -> None:
     text = DEPLOYMENT_DOC.read_text(encoding="utf-8")
     for needle in ("docker compose", "helm", "Recreate", "REPLICATION", "sslmode=verify-full",
-                   "PGBRIDGE_KAFKA__PROPERTIES__SECURITY.PROTOCOL", "existingSecret", "max_slot_wal_keep_size"):
+                   "PGBRIDGE_KAFKA__PROPERTIES__SECURITY.PROTOCOL", "existingSecret", "max_slot_wal_keep_size",
+                   "/streamingz", "startupProbe", "unhealthyPodEvictionPolicy", "slotDrop.enabled=true",
+                   "NetworkPolicy", "extraContainers", "topologySpreadConstraints", "tini", "pgbridge.probe"):
         assert needle in text, f"docs/deployment.md does not mention {needle}"
