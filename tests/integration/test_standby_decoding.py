@@ -190,3 +190,30 @@ def test_a_postgres_15_standby_is_refused_with_the_reason(pg_cluster_factory: Pg
             assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
     finally:
         standby.close()
+
+
+def test_a_primary_below_wal_level_logical_and_missing_feedback_are_named(
+        pg_cluster_factory: PgClusterFactory, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: a primary at wal_level = replica; its standby at logical, without feedback or a physical slot
+    primary = pg_cluster_factory(18, {"wal_level": "replica"})
+    create_database(primary, "app")
+    create_filled_table(primary.dsn("app"), TABLES[0], 10)
+    execute(primary.dsn("app"), f"CREATE PUBLICATION {topic_prefix} FOR TABLE {TABLES[0]}")
+    standby = start_standby(primary, STANDBY_SLOT, settings={"wal_level": "logical", "hot_standby_feedback": "off",
+                                                             "primary_slot_name": ""})
+    try:
+        _wait_replayed(primary.dsn("app"), standby.dsn("app"))
+        env = bridge_env(standby.dsn("app"), kafka_broker.bootstrap, topic_prefix,
+                         extra={"PGBRIDGE_POSTGRES__PRIMARY_DSN": primary.dsn("app")})
+        # when / then: check names what it can see on the standby
+        check = _pgbridge("check", env)
+        assert "warning: hot_standby_feedback is off on the standby" in check.stdout, check.stdout
+        assert "warning: the standby replicates without a physical slot" in check.stdout, check.stdout
+        # and run stops at the slot's creation, naming the primary's wal_level and the fix
+        result = _pgbridge("run", env)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert 'requires "wal_level" >= "logical" on the primary' in result.stderr, result.stderr
+        assert "on the primary: ALTER SYSTEM SET wal_level = logical" in result.stderr, result.stderr
+        assert "decoding on a standby with hot_standby_feedback off" in result.stderr, result.stderr
+    finally:
+        standby.close()

@@ -113,13 +113,13 @@ class CreatedSlot:
 def result_error(result: pq.abc.PGresult, what: str) -> Exception:
     sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
     message = (result.error_message or b"").decode(errors="replace").strip()
-    if sqlstate in _FATAL_SQLSTATES:
-        cls: type[FatalError] = SlotError if sqlstate in {"42704", "55000"} else FatalError
-        return cls(f"{what} failed: {message}", hint=_FATAL_SQLSTATES[sqlstate])
     if sqlstate == "55000" and "on the primary" in message:  # decoding on a standby (source/standby.py)
         return FatalError(f"{what} failed: {message}",
                           hint="on the primary: ALTER SYSTEM SET wal_level = logical; then restart it (the standby "
                           "decodes once it has replayed WAL written at that level)")
+    if sqlstate in _FATAL_SQLSTATES:
+        cls: type[FatalError] = SlotError if sqlstate in {"42704", "55000"} else FatalError
+        return cls(f"{what} failed: {message}", hint=_FATAL_SQLSTATES[sqlstate])
     if sqlstate == "55006":  # object_in_use: slot active for another process
         return SlotInUse(f"{what} failed: {message}")
     return SourceUnavailable(f"{what} failed: {message} (SQLSTATE {sqlstate or 'none'})")
