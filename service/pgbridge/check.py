@@ -49,6 +49,8 @@ from pgbridge.source.publication import (
     catalog_tables,
     create_statement,
     is_all_tables,
+    is_managed,
+    listed_difference,
     member_tables,
     resolve_selection,
 )
@@ -141,6 +143,8 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
                                     "or set postgres.tables so pgbridge creates it"))
             tables = []
     else:
+        if pg.table_pairs:
+            problems.extend(_listed_problems(conn, pg.publication, pg.table_pairs))
         tables = list(slots.published_tables(conn, pg.publication))
         if not tables:
             problems.append(Problem("warning", f"publication {pg.publication} publishes no tables",
@@ -285,6 +289,21 @@ def wal_keep_problem(value: str, snapshot_mode: str) -> Problem:
             else "run stops until it is dropped (snapshot.mode when_needed re-snapshots instead)")
     return Problem("info", f"max_slot_wal_keep_size is {value}: a slot more than that behind is invalidated and "
                    f"{then}", "alert on pgbridge_slot_invalidation_forecast_seconds (PgbridgeSlotInvalidationSoon)")
+
+
+def _listed_problems(conn: psycopg.Connection[tuple[object, ...]], publication: str,
+                     wanted: list[tuple[str, str]]) -> list[Problem]:
+    """``postgres.tables`` against an existing publication (source/publication.py, the same rule as
+    ``run``): pgbridge's own is altered to the list at start; someone else's that differs stops it."""
+    difference = listed_difference(conn, publication, wanted)
+    if not difference:
+        return []
+    if is_managed(conn, publication):
+        return [Problem("info", f"publication {publication} differs from postgres.tables ({difference.describe()})",
+                        f"none needed: run alters it, as pgbridge created it ({difference.statement()})")]
+    return [Problem("error", f"publication {publication} is not pgbridge's and differs from postgres.tables: "
+                    f"{difference.describe()}", f"as its owner: {difference.statement()} or set "
+                    "postgres.publication_mode to disabled to stream it as it is, filtered to postgres.tables")]
 
 
 def drop_on_stop_problems(settings: Settings) -> list[Problem]:

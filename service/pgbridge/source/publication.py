@@ -4,14 +4,18 @@
 (``postgres.tables``, or ``table_include`` / ``table_exclude`` resolved against the catalog) and,
 with patterns, adds tables created later that match (``PublicationSync``, every
 ``snapshot.publication_check_s``; the snapshot tick then snapshots them as any table new in the
-publication). ``all_tables``: ``FOR ALL TABLES`` (superuser only), the selection filtering in-stream
+publication); with ``postgres.tables``, a publication pgbridge created (marked by its comment,
+``MANAGED_MARK``) is set to the list at start, and someone else's that differs stops the start
+(``sync_listed_tables``). ``all_tables``: ``FOR ALL TABLES`` (superuser only), the selection filtering in-stream
 (assemble/capture.py). ``disabled``: pgbridge never creates or alters it; it must exist.
 Which tables are selected is pure logic in source/selection.py; this module is the catalog I/O.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 import psycopg
@@ -20,7 +24,7 @@ from psycopg import sql
 
 from pgbridge.config import PostgresConfig
 from pgbridge.errors import ConfigError, FatalError
-from pgbridge.identifiers import table_name
+from pgbridge.identifiers import quote_ident, table_name
 from pgbridge.source import slots
 from pgbridge.source.selection import (
     CatalogTable,
@@ -37,6 +41,7 @@ SqlConn = psycopg.Connection[tuple[object, ...]]
 MODE_FILTERED: Final = "filtered"
 MODE_ALL_TABLES: Final = "all_tables"
 MODE_DISABLED: Final = "disabled"
+SCHEMA_PUBLICATION_VERSION: Final = 150000  # FOR TABLES IN SCHEMA (pg_publication_namespace)
 
 
 def catalog_tables(conn: SqlConn) -> list[CatalogTable]:
@@ -91,19 +96,139 @@ def prepare_publication(conn: SqlConn, pg: PostgresConfig, *, standby: bool = Fa
                              "disabled, so pgbridge does not create it",
                              hint="run as the tables' owner: "
                              f"{create_statement(pg.publication, selected or [], version)}")
+        _log_mode(pg, managed=False, selection="in-stream")
         return
     if pg.publication_mode == MODE_ALL_TABLES:
         if not exists:
             _create(conn, pg.publication, None)
+            mark_managed(conn, pg.publication)
+        _log_mode(pg, managed=is_managed(conn, pg.publication), selection="in-stream")
         return
     if selection is None:  # postgres.tables or nothing: as before the patterns existed
-        slots.ensure_publication(conn, pg.publication, pg.tables)
+        if not exists or not pg.table_pairs:
+            slots.ensure_publication(conn, pg.publication, pg.tables)
+            if not exists:
+                mark_managed(conn, pg.publication)
+            _log_mode(pg, managed=not exists, selection="postgres.tables" if pg.tables else "none")
+            return
+        managed = sync_listed_tables(conn, pg.publication, pg.table_pairs)
+        _log_mode(pg, managed=managed, selection="postgres.tables")
         return
     assert selected is not None
     if not exists:
         _create(conn, pg.publication, selected)
-        return
-    add_missing_tables(conn, pg.publication, selected)
+        mark_managed(conn, pg.publication)
+    else:
+        add_missing_tables(conn, pg.publication, selected)
+    _log_mode(pg, managed=is_managed(conn, pg.publication), selection="table_include/table_exclude")
+
+
+# Written on every publication pgbridge creates (COMMENT ON PUBLICATION): the mark that lets it alter
+# the publication to follow postgres.tables later. A publication without it is someone else's.
+MANAGED_MARK: Final = "pgbridge: created by pgbridge, which keeps its tables equal to postgres.tables"
+
+
+def mark_managed(conn: SqlConn, publication: str) -> None:
+    """Mark the publication pgbridge just created (not one another process created meanwhile)."""
+    with contextlib.suppress(pgerrors.InsufficientPrivilege):  # created meanwhile by another role: not ours
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(publication),
+                                                                        sql.Literal(MANAGED_MARK)))
+
+
+def is_managed(conn: SqlConn, publication: str) -> bool:
+    row = conn.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+                       (publication,)).fetchone()
+    return row is not None and isinstance(row[0], str) and row[0].startswith("pgbridge:")
+
+
+def _log_mode(pg: PostgresConfig, *, managed: bool, selection: str) -> None:
+    log.info("publication mode", extra={"publication": pg.publication, "mode": pg.publication_mode,
+                                        "selection": selection, "managed_by_pgbridge": managed})
+
+
+@dataclass(frozen=True, slots=True)
+class ListedDifference:
+    """How a publication differs from ``postgres.tables`` (``FOR ALL TABLES`` / ``TABLES IN SCHEMA``
+    count as differing: they cannot be made a list of tables by ``ALTER PUBLICATION``)."""
+
+    publication: str
+    missing: list[tuple[str, str]]  # listed, not in the publication
+    extra: list[tuple[str, str]]  # in the publication, not listed
+    whole: bool  # FOR ALL TABLES or TABLES IN SCHEMA
+    wanted: list[tuple[str, str]]
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.extra or self.whole)
+
+    def describe(self) -> str:
+        parts = []
+        if self.whole:
+            parts.append("it publishes whole schemas or all tables")
+        if self.missing:
+            parts.append("it lacks " + ", ".join(table_name(*t) for t in self.missing))
+        if self.extra:
+            parts.append("it has " + ", ".join(table_name(*t) for t in self.extra) + ", which are not listed")
+        return "; ".join(parts)
+
+    def statement(self) -> str:
+        """The one ``ALTER PUBLICATION`` (or, for a whole-database publication, the re-creation)
+        that makes the publication ``postgres.tables``."""
+        name = quote_ident(self.publication)
+        listed = ", ".join(table_name(*t) for t in self.wanted)
+        if self.whole:
+            return f"DROP PUBLICATION {name}; CREATE PUBLICATION {name} FOR TABLE {listed};"
+        if not self.extra:
+            return f"ALTER PUBLICATION {name} ADD TABLE {', '.join(table_name(*t) for t in self.missing)};"
+        if not self.missing:
+            return f"ALTER PUBLICATION {name} DROP TABLE {', '.join(table_name(*t) for t in self.extra)};"
+        return f"ALTER PUBLICATION {name} SET TABLE {listed};"
+
+
+def listed_difference(conn: SqlConn, publication: str, wanted: list[tuple[str, str]]) -> ListedDifference:
+    """How ``publication`` (which exists) differs from the tables ``postgres.tables`` lists."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+        " JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE p.pubname = %s ORDER BY 1, 2", (publication,)).fetchall()
+    members = [(str(schema), str(name)) for schema, name in rows]
+    whole = is_all_tables(conn, publication)
+    if not whole and conn.info.server_version >= SCHEMA_PUBLICATION_VERSION:
+        whole = conn.execute("SELECT 1 FROM pg_publication_namespace s JOIN pg_publication p ON p.oid = s.pnpubid"
+                             " WHERE p.pubname = %s", (publication,)).fetchone() is not None
+    return ListedDifference(publication, [t for t in wanted if t not in members],
+                            [t for t in members if t not in wanted], whole, list(wanted))
+
+
+def sync_listed_tables(conn: SqlConn, publication: str, wanted: list[tuple[str, str]]) -> bool:
+    """``postgres.tables`` with an existing publication (mode ``filtered``): one pgbridge created is
+    made to publish exactly these tables (``ALTER PUBLICATION``, at start, before the slot streams);
+    someone else's that differs stops the start with the statement to run. True if pgbridge's."""
+    difference = listed_difference(conn, publication, wanted)
+    managed = is_managed(conn, publication)
+    if difference and not managed:
+        raise FatalError(f"publication {publication} is not pgbridge's (it did not create it) and differs from "
+                         f"postgres.tables: {difference.describe()}",
+                         hint=f"as its owner: {difference.statement()} or, to have pgbridge keep it in sync, COMMENT "
+                         f"ON PUBLICATION {quote_ident(publication)} IS 'pgbridge: managed'; or set "
+                         "postgres.publication_mode to disabled to stream it as it is, filtered to postgres.tables")
+    if difference:
+        if difference.whole:
+            raise FatalError(f"publication {publication} was created by pgbridge for all tables, and postgres.tables "
+                             "now lists tables", hint=f"as a superuser: {difference.statement()}")
+        statement = sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+            sql.Identifier(publication), sql.SQL(", ").join(sql.Identifier(*t) for t in wanted))
+        try:
+            conn.execute(statement)
+        except pgerrors.UndefinedTable as exc:
+            raise ConfigError(f"postgres.tables names a table that does not exist: {exc.diag.message_primary}",
+                              hint="fix postgres.tables") from None
+        except pgerrors.InsufficientPrivilege as exc:
+            raise FatalError(f"cannot alter publication {publication} to postgres.tables: "
+                             f"{exc.diag.message_primary}", hint=f"as its owner: {difference.statement()}") from None
+        log.info("publication altered to postgres.tables", extra={
+            "publication": publication, "added": [table_name(*t) for t in difference.missing],
+            "dropped": [table_name(*t) for t in difference.extra]})
+    return managed
 
 
 def check_on_standby(conn: SqlConn, pg: PostgresConfig, selected: list[tuple[str, str]] | None, *,
