@@ -372,22 +372,23 @@ def _schemas(settings: Settings, *, subjects: bool = False) -> int:
             router=TopicRouter.of(settings.kafka, [(str(s), str(t)) for s, t in tables]),
             subject_strategy=settings.schema_registry.subject_name_strategy)
         output: list[dict[str, Any]] = []
-        registered: dict[str, dict[str, Any]] = {}  # subject -> schema, in the order run meets them
+        registered: dict[str, tuple[str, dict[str, Any]]] = {}  # subject -> (topic, schema), as run meets them
         for schema, table in tables:
             relation = slots.relation_from_catalog(conn, str(schema), str(table), pg.publication)
-            key, value = encoder.key_schema(relation), encoder.value_schema(relation)
-            entry = {"table": f"{schema}.{table}", "topic": encoder.topic_for(relation), "key": key, "value": value}
+            key, value, topic = encoder.key_schema(relation), encoder.value_schema(relation), encoder.topic_for(relation)
+            entry = {"table": f"{schema}.{table}", "topic": topic, "key": key, "value": value}
             key_subject, value_subject = encoder.subjects(relation)
             if settings.schema_registry.url:
                 entry.update(key_subject=key_subject, value_subject=value_subject)
             output.append(entry)
             if key_subject is not None and key is not None:
-                registered.setdefault(key_subject, key)
-            registered.setdefault(value_subject, value)
-        for _topic, subject, fixed in encoder.fixed_schemas():
-            registered.setdefault(subject, fixed)
+                registered.setdefault(key_subject, (topic, key))
+            registered.setdefault(value_subject, (topic, value))
+        for fixed_topic, subject, fixed in encoder.fixed_schemas():
+            registered.setdefault(subject, (fixed_topic, fixed))
     if subjects:
-        output = [{"subject": subject, "schema": schema} for subject, schema in registered.items()]
+        output = [{"subject": subject, "topic": topic, "schema": schema}
+                  for subject, (topic, schema) in registered.items()]
     json.dump(output, sys.stdout, indent=2)
     print()
     return EXIT_OK

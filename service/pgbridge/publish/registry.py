@@ -198,9 +198,17 @@ class ConfluentRegistrar:
         return confluent_header(int(schema_id))
 
     def _look_up(self, subject: str, schema: dict[str, Any]) -> int:
-        """The id of ``schema`` under ``subject`` (``schema_registry.auto_register: false``)."""
+        """The id of ``schema`` under ``subject`` (``schema_registry.auto_register: false``): the
+        exact text first, then normalized by the registry, as a registry may match text exactly
+        (Apicurio) and the operator may have registered the schema formatted differently."""
         try:
-            registered = self._client.lookup_schema(subject, Schema(schema_json(schema), "AVRO"))
+            try:
+                registered = self._client.lookup_schema(subject, Schema(schema_json(schema), "AVRO"))
+            except SchemaRegistryError as exc:
+                if exc.http_status_code != 404 or exc.error_code == _SUBJECT_NOT_FOUND:
+                    raise
+                registered = self._client.lookup_schema(subject, Schema(schema_json(schema), "AVRO"),
+                                                        normalize_schemas=True)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 missing = ("has no subject" if exc.error_code == _SUBJECT_NOT_FOUND
