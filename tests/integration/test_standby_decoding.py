@@ -156,7 +156,15 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
             wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) >= marker, timeout=60,
                        interval=0.05, message=f"nothing delivered after the promotion: {bridge.log()[-3000:]}")
             after_promotion = time.monotonic() - promoted_at
-            assert "the standby was promoted; reconnecting" in bridge.log()
+            # the walsender streams on across the promotion; pgbridge notices it and starts a session
+            # that streams as from a primary (one "decoding on a standby" line: the first session's)
+            wait_until(lambda: "the standby was promoted; reconnecting" in bridge.log(), timeout=30, interval=0.05,
+                       message=f"the promotion went unnoticed: {bridge.log()[-3000:]}")
+            marker = commit_bound(standby_dsn, "INSERT INTO items VALUES (-2, 'after the new session', 0)")
+            wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) >= marker, timeout=60,
+                       interval=0.05, message=f"nothing delivered by the new session: {bridge.log()[-3000:]}")
+            new_session = time.monotonic() - promoted_at
+            assert bridge.log().count("decoding on a standby standby=") == 1, bridge.log()
             events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.items", topic_prefix,
                                  min_count=ROWS, timeout=60)
             got, want = replay(events), table_state(standby_dsn, "public.items", ("id",))
@@ -169,7 +177,8 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
           f"postgres.primary_dsn); initial snapshot done {snapshot_done:.1f} s after start; {transactions} "
           f"transactions; caught up {catch_up:.2f} s after the workload stopped; {heartbeats:.0f} heartbeats; "
           f"slot advanced {final_confirmed - first_confirmed} bytes; after a promotion the first new change was "
-          f"confirmed {after_promotion:.2f} s after the promote command")
+          f"confirmed {after_promotion:.2f} s after the promote command, one committed once the new session "
+          f"started {new_session:.2f} s after it")
 
 
 def test_a_postgres_15_standby_is_refused_with_the_reason(pg_cluster_factory: PgClusterFactory,
