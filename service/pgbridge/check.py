@@ -626,20 +626,22 @@ def acl_problems(admin: AdminClient, settings: Settings, topics: list[str], time
                 allowed[name] = set(future.result(timeout=timeout_s).authorized_operations or [])
     except Exception as exc:
         return [Problem("warning", f"Kafka checks ACLs but did not say what pgbridge may do ({exc})", by_hand)]
-    if cluster.authorized_operations is None:
-        return [Problem("warning", "Kafka checks ACLs but does not report authorized operations (a broker before "
-                        "2.3): ACLs not checked", by_hand)]
-    on_cluster = set(cluster.authorized_operations)
     prefixed = f"--topic {sanitize(kafka.topic_prefix + '.')} --resource-pattern-type prefixed"
     problems: list[Problem] = []
-    if AclOperation.CREATE not in on_cluster and not any(AclOperation.CREATE in ops for ops in allowed.values()):
-        problems.append(Problem("warning", "pgbridge's principal may not create topics (no CREATE on the cluster or "
-                                "on the prefix): a table's first change fails unless its topic exists",
-                                _acl_command(kafka, ["Create"], prefixed) + "; or create every topic beforehand"))
-    if AclOperation.IDEMPOTENT_WRITE not in on_cluster:
-        problems.append(Problem("warning", "pgbridge's principal has no IDEMPOTENT_WRITE on the cluster: brokers "
-                                "before Kafka 3.0 refuse its idempotent producer (3.0+ accept WRITE on the topic)",
-                                _acl_command(kafka, ["IdempotentWrite"], "--cluster")))
+    if cluster.authorized_operations is None:  # the brokers tell it only to a principal with DESCRIBE on it
+        problems.append(Problem("info", "Kafka does not tell pgbridge's principal what it may do on the cluster "
+                                "(no DESCRIBE on it): CREATE and IDEMPOTENT_WRITE on the cluster not checked",
+                                _acl_command(kafka, ["Describe"], "--cluster") + " lets pgbridge check see them"))
+    else:
+        on_cluster = set(cluster.authorized_operations)
+        if AclOperation.CREATE not in on_cluster and not any(AclOperation.CREATE in ops for ops in allowed.values()):
+            problems.append(Problem("warning", "pgbridge's principal may not create topics (no CREATE on the cluster "
+                                    "or on the prefix): a table's first change fails unless its topic exists",
+                                    _acl_command(kafka, ["Create"], prefixed) + "; or create every topic beforehand"))
+        if AclOperation.IDEMPOTENT_WRITE not in on_cluster:
+            problems.append(Problem("warning", "pgbridge's principal has no IDEMPOTENT_WRITE on the cluster: brokers "
+                                    "before Kafka 3.0 refuse its idempotent producer (3.0+ accept WRITE on the "
+                                    "topic)", _acl_command(kafka, ["IdempotentWrite"], "--cluster")))
     lacking = [name for name, ops in allowed.items() if not {AclOperation.WRITE, AclOperation.DESCRIBE} <= ops]
     if lacking:
         problems.append(Problem("error", f"pgbridge's principal may not WRITE or DESCRIBE topics {_names(lacking)}",

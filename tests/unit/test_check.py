@@ -327,7 +327,9 @@ def test_exactly_once_names_the_transactional_id_and_group_it_cannot_verify() ->
     assert "--transactional-id pgbridge-app-s1" in problem.fix and "--group pgbridge-offsets" in problem.fix
 
 
-def test_a_broker_that_does_not_report_authorized_operations_is_a_warning() -> None:
-    admin = ScriptedAdmin(authorizer=STANDARD, cluster_ops=None)
-    [problem] = _acls(admin, [])
-    assert problem.severity == "warning" and "ACLs not checked" in problem.message
+def test_without_describe_on_the_cluster_its_grants_are_not_checked_but_the_topics_are() -> None:
+    admin = ScriptedAdmin(authorizer=None, cluster_ops=None, topic_ops={"app.public.t": [AclOperation.DESCRIBE]})
+    problems = _acls(admin, ["app.public.t"])
+    assert [p.severity for p in problems] == ["info", "error"]
+    assert "no DESCRIBE on it" in problems[0].message and "--operation Describe --cluster" in problems[0].fix
+    assert "may not WRITE or DESCRIBE topics app.public.t" in problems[1].message
