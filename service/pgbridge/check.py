@@ -143,7 +143,7 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
                                     "or set postgres.tables so pgbridge creates it"))
             tables = []
     else:
-        if pg.table_pairs:
+        if pg.table_pairs and not standby:  # a standby alters nothing (check_on_standby)
             problems.extend(_listed_problems(conn, pg.publication, pg.table_pairs))
         tables = list(slots.published_tables(conn, pg.publication))
         if not tables:

@@ -156,6 +156,7 @@ class ListedDifference:
     extra: list[tuple[str, str]]  # in the publication, not listed
     whole: bool  # FOR ALL TABLES or TABLES IN SCHEMA
     wanted: list[tuple[str, str]]
+    options: str = ""  # of a re-created publication: slots.publication_options
 
     def __bool__(self) -> bool:
         return bool(self.missing or self.extra or self.whole)
@@ -176,7 +177,7 @@ class ListedDifference:
         name = quote_ident(self.publication)
         listed = ", ".join(table_name(*t) for t in self.wanted)
         if self.whole:
-            return f"DROP PUBLICATION {name}; CREATE PUBLICATION {name} FOR TABLE {listed};"
+            return f"DROP PUBLICATION {name}; CREATE PUBLICATION {name} FOR TABLE {listed}{self.options};"
         if not self.extra:
             return f"ALTER PUBLICATION {name} ADD TABLE {', '.join(table_name(*t) for t in self.missing)};"
         if not self.missing:
@@ -196,7 +197,8 @@ def listed_difference(conn: SqlConn, publication: str, wanted: list[tuple[str, s
         whole = conn.execute("SELECT 1 FROM pg_publication_namespace s JOIN pg_publication p ON p.oid = s.pnpubid"
                              " WHERE p.pubname = %s", (publication,)).fetchone() is not None
     return ListedDifference(publication, [t for t in wanted if t not in members],
-                            [t for t in members if t not in wanted], whole, list(wanted))
+                            [t for t in members if t not in wanted], whole, list(wanted),
+                            slots.publication_options(conn.info.server_version))
 
 
 def sync_listed_tables(conn: SqlConn, publication: str, wanted: list[tuple[str, str]]) -> bool:

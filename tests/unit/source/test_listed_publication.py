@@ -25,9 +25,10 @@ def test_both_ways_is_one_set_table_of_the_whole_list() -> None:
 
 
 def test_a_whole_database_publication_is_recreated_for_the_list() -> None:
-    difference = ListedDifference("pub", [], [], True, [A])
+    difference = ListedDifference("pub", [], [], True, [A], " WITH (publish_via_partition_root = true)")
     assert difference
-    assert difference.statement() == "DROP PUBLICATION pub; CREATE PUBLICATION pub FOR TABLE public.a;"
+    assert difference.statement() == ("DROP PUBLICATION pub; CREATE PUBLICATION pub FOR TABLE public.a"
+                                      " WITH (publish_via_partition_root = true);")
 
 
 def test_the_same_tables_are_no_difference() -> None:
