@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from pgbridge.config import PostgresConfig
-from pgbridge.errors import FatalError
+from pgbridge.errors import ConfigError, FatalError
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
 from pgbridge.periodic import Heartbeat, PrimaryHeartbeat, PromotionWatch, streaming_jobs
@@ -108,3 +108,10 @@ def test_incremental_snapshots_without_a_writable_connection_are_skipped_with_th
     snap.tick(lambda *_: None, lambda _: ())  # type: ignore[arg-type]
     assert snap.state.queue == [] and not snap.busy
     assert "incremental snapshots cannot run on a standby without postgres.primary_dsn" in caplog.text
+
+
+def test_a_primary_dsn_that_is_a_standby_too_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PrimaryConnection, "get", lambda self: _Conn(recovery=True))
+    with pytest.raises(ConfigError, match=r"postgres.primary_dsn \(127.0.0.1:5433/app\) is a standby too"):
+        server_role(_Conn(recovery=True),  # type: ignore[arg-type]
+                    _config(primary_dsn=SecretStr("host=127.0.0.1 port=5433 dbname=app")))
