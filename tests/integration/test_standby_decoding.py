@@ -226,3 +226,47 @@ def test_a_primary_below_wal_level_logical_and_missing_feedback_are_named(
         assert "decoding on a standby with hot_standby_feedback off" in result.stderr, result.stderr
     finally:
         standby.close()
+
+
+def test_without_primary_dsn_the_standby_streams_and_the_writes_are_off_with_a_line_each(
+        pg_cluster_factory: PgClusterFactory, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given: the pair, the publication created on the primary, no postgres.primary_dsn
+    primary, standby = _standby_pair(pg_cluster_factory, 18)
+    try:
+        primary_dsn, standby_dsn = primary.dsn("app"), standby.dsn("app")
+        execute(primary_dsn, f"CREATE PUBLICATION {topic_prefix} FOR TABLE {', '.join(TABLES)}")
+        _wait_replayed(primary_dsn, standby_dsn)
+        env = bridge_env(standby_dsn, kafka_broker.bootstrap, topic_prefix,
+                         extra={"PGBRIDGE_POSTGRES__HEARTBEAT_INTERVAL_S": "1"})
+        with BridgeProcess(env).start(http=True) as bridge:
+            port = bridge.http_port
+            # the operator's documented command ends the slot creation's wait for the primary
+            wait_until(lambda: "waiting for the primary to log its running transactions" in bridge.log(), timeout=60,
+                       interval=0.1, message=f"no wait announced: {bridge.log()[-3000:]}")
+            wait_until(lambda: bool(execute(primary_dsn, "SELECT pg_log_standby_snapshot()"))
+                       and slot_confirmed_flush_lsn(standby_dsn, topic_prefix) is not None, timeout=60, interval=0.5,
+                       message=f"no slot on the standby: {bridge.log()[-3000:]}")
+            wait_until(lambda: "initial snapshot complete" in bridge.log(), timeout=120, interval=0.2,
+                       message=f"the initial snapshot never finished: {bridge.log()[-3000:]}")
+            # when: changes and an execute-snapshot signal on the primary
+            execute(primary_dsn, "UPDATE items SET n = n + 1 WHERE id % 3 = 0")
+            execute(primary_dsn, "DELETE FROM orders WHERE id % 5 = 0")
+            execute(primary_dsn, "INSERT INTO items SELECT g, 'late', 0 FROM generate_series(10001, 10050) g")
+            execute(primary_dsn, emit_signal_sql(["public.items"]))
+            target = wal_insert_lsn(primary_dsn)
+            wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) >= target, timeout=120,
+                       interval=0.1, message=f"the standby's slot never confirmed {target:X}: {bridge.log()[-3000:]}")
+            wait_until(lambda: "incremental snapshots cannot run on a standby without postgres.primary_dsn"
+                       in bridge.log(), timeout=30, interval=0.1, message=bridge.log()[-3000:])
+            # then: streamed and replayed all the same; heartbeats and the incremental snapshot were off
+            for table in TABLES:
+                events = read_events(kafka_broker.bootstrap, f"{topic_prefix}.{table}", topic_prefix,
+                                     min_count=ROWS, timeout=60)
+                got, want = replay(events), table_state(primary_dsn, table, ("id",))
+                assert not diff_states(got, want), f"{table}: {diff_states(got, want)}"
+            log = bridge.log()
+            assert "postgres.heartbeat_interval_s ignored: on a standby" in log
+            assert port is not None and metric(scrape(port), "pgbridge_heartbeats_total") == 0
+            assert bridge.terminate() == 0, bridge.log()
+    finally:
+        standby.close()
