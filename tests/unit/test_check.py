@@ -14,16 +14,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType  # type: ignore[attr-defined]
 
-from pgbridge.check import (
-    Problem,
-    _partition_problems,
-    _table_problems,
-    acl_problems,
-    check_kafka,
-    check_schema_registry,
-    replication_problems,
-    wal_keep_problem,
-)
+from pgbridge.check import Problem
+from pgbridge.check.kafka import acl_problems, check_kafka, check_schema_registry, replication_problems
+from pgbridge.check.postgres import _partition_problems, _table_problems, wal_keep_problem
 from pgbridge.config import Settings, load_settings
 from pgbridge.source.slots import PUBVIAROOT_VERSION
 from tests.support.ports import free_port

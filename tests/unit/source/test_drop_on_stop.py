@@ -3,7 +3,7 @@ could hand the work to a standby that would find no slot."""
 
 from __future__ import annotations
 
-from pgbridge.check import drop_on_stop_problems
+from pgbridge.check.postgres import drop_on_stop_problems
 from pgbridge.config import Settings, load_settings
 
 BASE = {"PGBRIDGE_POSTGRES__DSN": "host=x", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092"}
