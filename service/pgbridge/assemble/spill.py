@@ -7,7 +7,9 @@ and memory starts empty again. Replay reads the file front to back, one frame at
 in-memory tail, so order is arrival order and read-back memory is bounded by one frame.
 
 File format: a sequence of frames, each an 8-byte little-endian length and a pickle (protocol 5)
-of a list of plain tuples (ints, strings, bytes, None; see ``_encode``). Relations are not pickled:
+of a list of plain tuples (ints, strings, bytes, None; see ``_encode``). Frames are pickled straight
+into the file and unpickled straight from it: a value of hundreds of megabytes goes to disk and
+comes back as one ``bytes`` object, never with a second in-memory copy (a pickle in a buffer). Relations are not pickled:
 a record holds an index into the buffer's in-memory list of Relation versions, so a schema is
 stored once per transaction rather than once per change. The reader refuses any pickle that
 names a class or function, so a tampered file cannot run code; files are created mode 0600 and
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import io
 import itertools
 import os
 import pickle
@@ -58,6 +59,7 @@ SPILL_SUFFIX: Final = ".spill"
 _FILE_MODE: Final = 0o600  # spilled rows are table data; keep them private to the service user
 _PICKLE_PROTOCOL: Final = 5
 _FRAME_HEADER = struct.Struct("<Q")
+_NO_LENGTH: Final = _FRAME_HEADER.pack(0)  # a frame's length until its pickle is written
 
 # Record tags: the first field of every spilled tuple.
 _ROW: Final = 0
@@ -232,8 +234,9 @@ class SpillBuffer:
 
     def _write_memory(self) -> None:
         if self._file is None:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _FILE_MODE)
-            self._file = os.fdopen(fd, "ab")
+            # Not O_APPEND: each frame's length is written in front of it once it is known.
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+            self._file = os.fdopen(fd, "wb")
             self._has_file = True
         frame: list[tuple[Any, ...]] = []
         frame_bytes = 0
@@ -249,10 +252,17 @@ class SpillBuffer:
         self._memory = []
 
     def _write_frame(self, file: BinaryIO, records: list[tuple[Any, ...]]) -> None:
-        payload = pickle.dumps(records, protocol=_PICKLE_PROTOCOL)
-        file.write(_FRAME_HEADER.pack(len(payload)))
-        file.write(payload)
-        written = _FRAME_HEADER.size + len(payload)
+        """Pickle ``records`` into the file behind a length written afterwards. The pickler hands a
+        large ``bytes`` value to the file as it is (``pickle.dumps`` would copy it into the pickle
+        first: a 500 MB value held twice while it spills)."""
+        start = file.tell()
+        file.write(_NO_LENGTH)
+        pickle.Pickler(file, protocol=_PICKLE_PROTOCOL).dump(records)
+        end = file.tell()
+        file.seek(start)
+        file.write(_FRAME_HEADER.pack(end - start - _FRAME_HEADER.size))
+        file.seek(end)
+        written = end - start
         self._spilled_bytes += written
         self._store.spilled_bytes_total += written
 
@@ -316,7 +326,11 @@ def _tuple_data(plain: tuple[bytes, tuple[bytes | None, ...]] | None) -> TupleDa
 
 
 def _read_records(reader: BinaryIO, path: Path) -> Iterator[tuple[Any, ...]]:
+    """Each frame's records, unpickled from the file itself: a large value is read into its own
+    ``bytes`` object once (reading the frame into a buffer first would hold it twice), and the
+    frame is let go before the next one is read."""
     try:
+        size = os.fstat(reader.fileno()).st_size
         while True:
             header = reader.read(_FRAME_HEADER.size)
             if not header:
@@ -324,11 +338,18 @@ def _read_records(reader: BinaryIO, path: Path) -> Iterator[tuple[Any, ...]]:
             if len(header) != _FRAME_HEADER.size:
                 raise InvariantError(f"spill file {path} ends inside a frame header")
             (length,) = _FRAME_HEADER.unpack(header)
-            payload = reader.read(length)
-            if len(payload) != length:
-                raise InvariantError(f"spill file {path} ends inside a frame ({len(payload)} of {length} bytes)")
-            records: list[tuple[Any, ...]] = _PlainUnpickler(io.BytesIO(payload)).load()
+            start = reader.tell()
+            if start + length > size:
+                raise InvariantError(f"spill file {path} ends inside a frame ({size - start} of {length} bytes)")
+            try:
+                records: list[tuple[Any, ...]] = _PlainUnpickler(reader).load()
+            except (EOFError, pickle.UnpicklingError) as exc:
+                raise InvariantError(f"spill file {path} holds a corrupt frame at byte {start}: {exc}") from None
+            if reader.tell() != start + length:
+                raise InvariantError(f"spill file {path} holds a frame of {reader.tell() - start} bytes where its "
+                                     f"header says {length}")
             yield from records
+            del records
     except OSError as exc:
         raise FatalError(f"cannot read spill file {path}: {exc.strerror or exc}", hint=_SPILL_IO_HINT) from exc
 

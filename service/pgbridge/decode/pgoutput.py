@@ -98,17 +98,21 @@ def _tuple(buf: bytes, pos: int, count: int, tag: str) -> tuple[TupleData, int]:
     and the next read raises, and a final comparison catches an overrun by the last column.
     ``kinds`` stays ``None`` while every column is text, the common case, saving a store a column.
     The compiled twin (``decode/_native.pyx``) does the same loop; on malformed data it returns
-    ``None`` and this loop names the fault. (Both entry points have made ``buf`` a ``bytes``.)
+    ``None`` and this loop names the fault. ``buf`` is ``bytes`` except for a row message of
+    ``IN_PLACE_BYTES`` or more (``_owned``), which this loop reads as the memoryview it arrived in.
     """
     if _native is not None:
-        parsed = _native.read_tuple(buf, pos, count)
+        try:
+            parsed = _native.read_tuple(buf, pos, count)
+        except TypeError:  # a memoryview (an in-place huge message): the loop below reads it
+            parsed = None
         if parsed is not None:
             data = _new(TupleData)
             _set_kinds(data, parsed[0])
             _set_values(data, parsed[1])
             return data, parsed[2]
         # Malformed: the loop below finds the same fault and names it.
-    values: list[bytes | None] = [None] * count
+    values: list[Any] = [None] * count  # bytes, or memoryview slices of an in-place message
     kinds: bytearray | None = None
     unpack = unpack_u32
     start = pos
@@ -138,6 +142,8 @@ def _tuple(buf: bytes, pos: int, count: int, tag: str) -> tuple[TupleData, int]:
         raise truncated(tag, start, f"column value ({pos - start} bytes)")
     data = _new(TupleData)
     _set_kinds(data, b"t" * count if kinds is None else bytes(kinds))
+    if type(buf) is not bytes:  # a huge message, read in place: each value is copied out once here
+        values = [None if value is None else bytes(value) for value in values]
     _set_values(data, tuple(values))
     return data, pos
 
@@ -516,11 +522,28 @@ def decode_message(buf: Buffer, *, proto_version: int, in_stream: bool) -> Messa
     return _dispatch(buf, _table_for(proto_version), in_stream, proto_version)
 
 
+IN_PLACE_BYTES: Final = 1 << 20
+"""A row message (Insert, Update, Delete) this large is decoded in the memoryview it arrived in:
+copying it to ``bytes`` first would hold a huge value (issue 16: a 500 MB text) twice more, the
+message's copy and the value's, while each value is copied out once anyway."""
+_ROW_TAGS: Final = frozenset(b"IUD")
+
+
+def _owned(buf: Buffer) -> bytes:
+    """What to decode a message of ``IN_PLACE_BYTES`` or more from (smaller ones are copied to
+    ``bytes`` by the callers, since slicing ``bytes`` is what makes column values cheapest): a row
+    message stays a view, typed as ``bytes`` for the decoders (``_tuple`` reads it with indexing,
+    ``unpack_from`` and slices, which memoryview has too); any other message is copied."""
+    if buf[0] in _ROW_TAGS:
+        return cast(bytes, buf if isinstance(buf, memoryview) else memoryview(buf))
+    return bytes(buf)
+
+
 def _dispatch(buf: Buffer, table: tuple[_Decode | None, ...], in_stream: bool,
               proto_version: int) -> Message:
-    """A non-``bytes`` buffer is copied once: slicing ``bytes`` is what makes the column values."""
+    """A non-``bytes`` buffer is copied once (``_owned``): slicing ``bytes`` is what makes the column values."""
     if type(buf) is not bytes:
-        buf = bytes(buf)
+        buf = bytes(buf) if len(buf) < IN_PLACE_BYTES else _owned(buf)
     try:
         decode = table[buf[0]]
     except IndexError:
@@ -557,7 +580,7 @@ class PgoutputDecoder:
 
     def decode(self, buf: Buffer) -> Message:
         if type(buf) is not bytes:
-            buf = bytes(buf)
+            buf = bytes(buf) if len(buf) < IN_PLACE_BYTES else _owned(buf)
         if buf and not self._in_stream:
             hot = _ROW_DECODERS[buf[0]]
             if hot is not None:  # Insert/Update/Delete outside a stream block: no dispatch, no checks

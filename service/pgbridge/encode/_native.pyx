@@ -19,13 +19,18 @@ kernel itself always writes that map as null.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char *s, char **endptr, object overflow_exception) except? -1.0
+    # Raw forms: the heap buffer is a bytes object held by pointer (``Buf.heap``), resized in place.
+    PyObject *new_bytes "PyBytes_FromStringAndSize" (const char *v, Py_ssize_t size) except NULL
+    char *bytes_data "PyBytes_AS_STRING" (PyObject *b)
+    int _PyBytes_Resize(PyObject **b, Py_ssize_t size) except -1
 
 # Codes (``plan.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
 cdef enum:
@@ -53,6 +58,7 @@ cdef enum:
     B_DECIMAL = 30
     BARE = 0x80
     STACK = 1024
+    GROW_MAX = 1 << 20
 
 CODES = {"fallback": C_FALLBACK, "string": C_STRING, "long": C_LONG, "decimal": C_DECIMAL,
          "timestamptz": C_TIMESTAMPTZ, "timestamp": C_TIMESTAMP, "date": C_DATE, "bool": C_BOOL,
@@ -73,30 +79,46 @@ cdef struct Buf:
     char *data
     Py_ssize_t length
     Py_ssize_t capacity
-    bint heap
+    PyObject *heap  # NULL while ``data`` is the caller's stack; then an owned bytes object holding ``data``
 
 
 cdef inline int reserve(Buf *b, Py_ssize_t extra) except -1:
+    """Room for ``extra`` more bytes. Past the stack the buffer is a bytes object grown in place, so
+    the finished record is that object (``buf_bytes``): a row holding a huge value (issue 16: a
+    500 MB text) is never copied from a buffer into the result, which would hold it twice more."""
     cdef Py_ssize_t need = b.length + extra
     cdef Py_ssize_t capacity
-    cdef char *grown
     if need <= b.capacity:
         return 0
     capacity = b.capacity * 2
+    if capacity > need + GROW_MAX:
+        capacity = need + GROW_MAX  # a huge row's buffer grows by at most 1 MiB past what it needs
     if capacity < need:
         capacity = need
-    if b.heap:
-        grown = <char *>PyMem_Realloc(b.data, capacity)
+    if b.heap != NULL:
+        _PyBytes_Resize(&b.heap, capacity)  # on failure it frees the object and sets b.heap to NULL
     else:
-        grown = <char *>PyMem_Malloc(capacity)
-        if grown != NULL:
-            memcpy(grown, b.data, b.length)
-    if grown == NULL:
-        raise MemoryError()
-    b.data = grown
+        b.heap = new_bytes(NULL, capacity)
+        memcpy(bytes_data(b.heap), b.data, b.length)
+    b.data = bytes_data(b.heap)
     b.capacity = capacity
-    b.heap = True
     return 0
+
+
+cdef inline object buf_bytes(Buf *b):
+    """What was written, as bytes: the heap buffer itself cut to length, or a copy of the stack."""
+    if b.heap == NULL:
+        return PyBytes_FromStringAndSize(b.data, b.length)
+    _PyBytes_Resize(&b.heap, b.length)
+    result = <object>b.heap
+    b.heap = NULL
+    Py_DECREF(result)  # the buffer's own reference: ``result`` is the only one left
+    return result
+
+
+cdef inline void buf_free(Buf *b):
+    Py_XDECREF(b.heap)
+    b.heap = NULL
 
 
 cdef inline void put_byte(Buf *b, char c):
@@ -134,7 +156,7 @@ cdef inline void buf_init(Buf *b, char *stack, Py_ssize_t size):
     b.data = stack
     b.length = 0
     b.capacity = size
-    b.heap = False
+    b.heap = NULL
 
 
 cdef inline int put_bytes(Buf *b, bytes data) except -1:
@@ -601,10 +623,9 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
         reserve(&b, 2)
         put_byte(&b, 0)  # unchanged_toast_columns: empty (no 'u' column reaches this path)
         put_byte(&b, 0)  # unrepresentable: null (an unrepresentable value raised in its fallback)
-        return PyBytes_FromStringAndSize(b.data, b.length)
+        return buf_bytes(&b)
     finally:
-        if b.heap:
-            PyMem_Free(b.data)
+        buf_free(&b)
 
 
 def encode_key(bytes header, object row, Columns key):
@@ -616,7 +637,6 @@ def encode_key(bytes header, object row, Columns key):
         put_bytes(&b, header)
         if not write_columns(&b, row, key, False):
             return None
-        return PyBytes_FromStringAndSize(b.data, b.length)
+        return buf_bytes(&b)
     finally:
-        if b.heap:
-            PyMem_Free(b.data)
+        buf_free(&b)

@@ -7,7 +7,7 @@ stalled network shows up as a timeout here and nowhere else.
 from __future__ import annotations
 
 import selectors
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import psycopg
 from psycopg import pq
@@ -15,6 +15,11 @@ from psycopg import pq
 from pgbridge.errors import SourceUnavailable
 from pgbridge.source.connection import ReplicationConnection, result_error
 from pgbridge.source.frames import build_status_update, pg_now_us
+
+LARGE_FRAME_BYTES: Final = 1 << 20
+"""A batch ends after a frame this large, so the loop lets go of it before it reads on: a huge row
+(issue 16: a 500 MB text value) must not stay alive in the batch while a later frame of the same
+batch (its transaction's commit) replays the buffered transaction, which reads that row back."""
 
 
 class ReplicationStream:
@@ -31,7 +36,8 @@ class ReplicationStream:
 
         One call per batch instead of one per frame keeps the loop's fixed costs (the call, the
         stop check, the select) off the per-row path; a busy stream yields dozens of frames per
-        socket read. The end of the stream is raised once the frames before it are handed over.
+        socket read. A frame of ``LARGE_FRAME_BYTES`` or more ends its batch. The end of the
+        stream is raised once the frames before it are handed over.
         """
         if self._end is not None:
             self._end_of_copy(self._end)
@@ -54,7 +60,7 @@ class ReplicationStream:
             nbytes, data = get(1)
         while nbytes > 0:
             batch.append(data)
-            if len(batch) >= limit:
+            if len(batch) >= limit or nbytes >= LARGE_FRAME_BYTES:
                 return batch
             nbytes, data = get(1)
             if nbytes == 0:  # buffer drained: take what the socket already holds, without waiting

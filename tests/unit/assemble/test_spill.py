@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import stat
 import struct
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from pgbridge.assemble.spill import BufferedEvent, SpillStore, remove_stale_spill_files
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.assemble.units import MessageChange, RowChange, TruncateChange, TxEnd, TxOrigin
+from pgbridge.decode.messages import TupleData
 from pgbridge.errors import ConfigError, FatalError, InvariantError
 from pgbridge.lsn import Lsn
 from tests.unit.assemble.scenario import (
@@ -66,6 +68,52 @@ def test_large_streamed_transaction_spills_and_reads_back_exactly_in_order(spill
     assert list(spill_dir.iterdir()) == []
     assert assembler.buffered_bytes == 0
     assembler.close()
+
+
+HUGE_VALUE = 64 << 20
+
+
+def test_a_huge_value_is_spilled_and_read_back_without_a_second_copy(spill_dir: Path) -> None:
+    """Issue 16 (a 500 MB text value): the value goes to the file and comes back as one bytes object,
+    neither side holding a pickle of it too (2x the value) on top of the value itself."""
+    store = SpillStore(spill_dir=spill_dir, memory_bytes=TINY_BUDGET)
+    buffer = store.new_buffer(100)
+    huge = RowChange(op="c", relation=relation(), lsn=Lsn(11), old_kind=None, old=None,
+                     new=TupleData(kinds=b"tt", values=(b"2", b"x" * HUGE_VALUE)))
+    buffer.append(100, RowChange(op="c", relation=relation(), lsn=Lsn(10), old_kind=None, old=None,
+                                 new=row("1", "small")))
+    tracemalloc.start()
+    try:
+        held = tracemalloc.get_traced_memory()[0]
+        buffer.append(100, huge)  # over the budget: spilled
+        spilling = tracemalloc.get_traced_memory()[1] - held
+        assert buffer.memory_bytes == 0 and buffer.spilled_bytes > HUGE_VALUE
+        del huge
+        tracemalloc.reset_peak()
+        held = tracemalloc.get_traced_memory()[0]
+        replay = buffer.replay()
+        first, second = next(replay), next(replay)
+        reading = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    assert spilling < HUGE_VALUE // 4, f"spilling the value allocated {spilling:,} bytes"
+    assert HUGE_VALUE <= reading < HUGE_VALUE * 5 // 4, f"reading the value back allocated {reading:,} bytes"
+    assert isinstance(first, RowChange) and isinstance(second, RowChange) and second.new is not None
+    assert second.new.values == (b"2", b"x" * HUGE_VALUE) and list(replay) == []
+    buffer.discard()
+
+
+def test_corrupt_spill_frame_is_an_error_naming_the_file(spill_dir: Path) -> None:
+    store = SpillStore(spill_dir=spill_dir, memory_bytes=1)
+    buffer = store.new_buffer(100)
+    buffer.append(100, MessageChange(prefix="p", content=b"x", lsn=Lsn(1)))
+    replay = buffer.replay()
+    data = buffer.path.read_bytes()
+    buffer.path.write_bytes(data[:8] + b"\x00" * (len(data) - 8))  # the length intact, the pickle not
+
+    with pytest.raises(InvariantError, match=f"spill file {buffer.path} holds a corrupt frame"):
+        list(replay)
+    buffer.discard()
 
 
 def test_spilled_bytes_total_keeps_growing_after_buffers_are_released(spill_dir: Path) -> None:
