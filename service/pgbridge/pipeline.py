@@ -81,7 +81,7 @@ from pgbridge.source.options import negotiate_proto_version, replication_options
 from pgbridge.source.publication import prepare_publication
 from pgbridge.source.selection import stream_filter
 from pgbridge.source.standby import PrimaryConnection, ServerRole, running_xacts_nudged, server_role
-from pgbridge.source.stream import ReplicationStream
+from pgbridge.source.stream import LARGE_FRAME_BYTES, ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
 __all__ = ["Health", "Session", "numeric_policy", "open_session", "run_forever", "toast_policy"]
@@ -300,7 +300,8 @@ class Session:
             if not batch:
                 self._housekeeping(reply_requested=False)
                 continue
-            for payload in batch:
+            large = len(batch[-1]) >= LARGE_FRAME_BYTES  # only ever last (read_batch)
+            for payload in batch[:-1] if large else batch:
                 if payload[0] == XLOG_TAG:
                     wal_start, wal_end, body = split_xlog(payload)
                     if wal_end > reporter.received_lsn:
@@ -320,8 +321,32 @@ class Session:
                     assert isinstance(frame, Keepalive)  # the only other tag parse_copy_message accepts
                     reporter.server_lsn = frame.wal_end
                     self._housekeeping(reply_requested=frame.reply_requested)
+            if large:
+                self._large_frame(batch)
+                frames += 1
             if frames >= HOUSEKEEPING_EVERY:
                 frames = 0
+                self._housekeeping(reply_requested=False)
+
+    def _large_frame(self, batch: list[memoryview]) -> None:
+        """The batch's last frame, a huge one (a row holding a value of hundreds of MB, issue 16):
+        decoded, then let go of before its events are handled, since encoding the row needs as much
+        memory again (the loop above would keep the frame alive in ``batch`` and its variables)."""
+        assert self.decoder is not None and self.dispatcher is not None
+        payload = batch.pop()
+        if payload[0] != XLOG_TAG:
+            parse_copy_message(payload)  # raises: only an XLogData frame can be this large
+        wal_start, wal_end, body = split_xlog(payload)
+        if wal_end > self.reporter.received_lsn:
+            self.reporter.received_lsn = wal_end
+        message = self.decoder.decode(body)
+        del payload, body
+        events = 0
+        for event in self.assembler.feed(message, wal_start):
+            self.dispatcher.handle(event)
+            events += 1
+            if events >= HOUSEKEEPING_EVERY:
+                events = 0
                 self._housekeeping(reply_requested=False)
 
     def _housekeeping(self, *, reply_requested: bool) -> None:
