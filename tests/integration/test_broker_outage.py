@@ -56,13 +56,16 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
         # when: the broker dies and more changes are committed
         fresh_broker.stop()
         confirmed_before = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
+        # WAL between the first batch and the outage's first change carries nothing to publish (a
+        # running-xacts record, say): a keepalive with nothing in flight may confirm it, never more
+        outage_start = wal_insert_lsn(pg_dsn)
         last_write = _insert(pg_dsn, 51, 100)
         # the bridge has read every change of the outage, then answered Postgres with a status update
         wait_until(lambda: metric(scrape(port), RECEIVED_LSN) > last_write, timeout=60,
                    message="the bridge never read the changes committed while the broker was down")
         wait_for_status_update(pg_dsn, topic_prefix)
-        # then: nothing was confirmed while the broker was away
-        assert slot_confirmed_flush_lsn(pg_dsn, topic_prefix) == confirmed_before
+        # then: nothing committed while the broker was away was confirmed
+        assert (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) <= outage_start
         assert bridge.alive(), bridge.log()
         # when: a new, empty broker comes up on the same address
         fresh_broker.restart()

@@ -15,7 +15,12 @@ import confluent_kafka
 import pytest
 
 from pgbridge.config import load_settings
-from pgbridge.config.librdkafka import LIBRDKAFKA_PROPERTIES, is_librdkafka_property, property_name
+from pgbridge.config.librdkafka import (
+    LIBRDKAFKA_PROPERTIES,
+    LISTED_FROM_VERSION,
+    is_librdkafka_property,
+    property_name,
+)
 from pgbridge.errors import ConfigError
 
 BASE = {"PGBRIDGE_POSTGRES__DSN": "postgresql://u:s3cret@db/app", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k:9092"}
@@ -100,16 +105,26 @@ def test_two_spellings_of_one_property_are_refused() -> None:
 
 
 def test_no_librdkafka_property_name_is_ambiguous_in_the_environment_form() -> None:
-    # every listed name maps back to itself from its upper-case, underscore spelling
+    # every listed name the installed librdkafka has maps back to itself from its upper-case,
+    # underscore spelling (a name only a newer release has is unknown here, in either spelling)
     for name in LIBRDKAFKA_PROPERTIES:
-        assert property_name(name.upper().replace(".", "_")) == name, name
+        expected = name if is_librdkafka_property(name) else None
+        assert property_name(name.upper().replace(".", "_")) == expected, name
 
 
 def test_the_property_list_matches_the_installed_librdkafka() -> None:
     """Every listed name exists; and every name the library's binary holds that the library accepts
     is listed (the binary's strings stand in for librdkafka's CONFIGURATION.md)."""
-    assert all(is_librdkafka_property(name) for name in LIBRDKAFKA_PROPERTIES)
     assert not is_librdkafka_property("sasl.pasword")
+    installed = confluent_kafka.libversion()[0]
+    missing = sorted(name for name in LIBRDKAFKA_PROPERTIES if not is_librdkafka_property(name))
+    if installed != LISTED_FROM_VERSION:
+        # another release (the floor of test_minimum_versions): the core names exist, a handful of
+        # newer ones may not, and the binary's names are not compared
+        assert {"bootstrap.servers", "sasl.password", "ssl.ca.location", "transactional.id"}.isdisjoint(missing)
+        assert len(missing) <= 10, f"librdkafka {installed} lacks {missing}"
+        return
+    assert missing == []
     libraries = sorted((Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob("librdkafka*"))
     if not libraries:
         pytest.skip("confluent-kafka without a bundled librdkafka: its names cannot be listed")
