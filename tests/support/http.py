@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pgbridge.health import Health
+from pgbridge.http import serve
+from pgbridge.metrics import Metrics
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@contextlib.contextmanager
+def serving(health: Health) -> Iterator[int]:
+    """pgbridge's HTTP server in this process on a free loopback port, for unit tests of what it
+    answers; yields the port."""
+    server = serve("127.0.0.1", 0, Metrics(), health)
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def get(port: int, path: str, *, timeout: float = 5.0) -> tuple[int, str]:

@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from pgbridge.health import Health
-from pgbridge.http import serve
-from pgbridge.metrics import Metrics
+from tests.support.http import get, serving
 
 
 class Clock:
@@ -34,24 +31,13 @@ def health(clock: Clock) -> Health:
 
 @pytest.fixture
 def port(health: Health) -> Iterator[int]:
-    server = serve("127.0.0.1", 0, Metrics(), health)
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(health) as bound:
+        yield bound
 
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _all(port: int) -> dict[str, tuple[int, str]]:
-    return {path: _get(port, path) for path in ("/healthz", "/readyz", "/streamingz")}
+    return {path: get(port, path) for path in ("/healthz", "/readyz", "/streamingz")}
 
 
 def test_starting(port: int, health: Health) -> None:
@@ -81,25 +67,25 @@ def test_streaming(port: int, health: Health) -> None:
     health.beat()
     assert _all(port) == {"/healthz": (200, "ok\n"), "/readyz": (200, "ready\n"), "/streamingz": (200, "streaming\n")}
     # a query string is ignored, as Kubernetes and load balancers sometimes add one
-    assert _get(port, "/readyz?verbose=1") == (200, "ready\n")
+    assert get(port, "/readyz?verbose=1") == (200, "ready\n")
     health.kafka_ok = False
-    assert _get(port, "/readyz") == (503, "not ready: Kafka unreachable\n")
-    assert _get(port, "/healthz") == (200, "ok\n")
+    assert get(port, "/readyz") == (503, "not ready: Kafka unreachable\n")
+    assert get(port, "/healthz") == (200, "ok\n")
 
 
 def test_a_wedged_pipeline_fails_healthz(port: int, health: Health, clock: Clock) -> None:
     health.streaming = True
     health.beat()
     clock.now += 121
-    code, body = _get(port, "/healthz")
+    code, body = get(port, "/healthz")
     assert code == 503
     assert body == "not alive: wedged: the pipeline thread has not made progress for 121s (streaming)\n"
-    assert _get(port, "/readyz")[0] == 503
+    assert get(port, "/readyz")[0] == 503
     health.beat()
-    assert _get(port, "/healthz") == (200, "ok\n")
+    assert get(port, "/healthz") == (200, "ok\n")
 
 
 def test_metrics_and_unknown_paths(port: int) -> None:
-    code, body = _get(port, "/metrics")
+    code, body = get(port, "/metrics")
     assert code == 200 and "pgbridge_streaming 0.0" in body
-    assert _get(port, "/nope") == (404, "not found\n")
+    assert get(port, "/nope") == (404, "not found\n")

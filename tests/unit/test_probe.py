@@ -11,9 +11,8 @@ import pytest
 
 from pgbridge.config import load_settings
 from pgbridge.health import Health
-from pgbridge.http import serve
-from pgbridge.metrics import Metrics
 from pgbridge.probe import main, probe_url
+from tests.support.http import serving
 
 
 @pytest.fixture
@@ -33,12 +32,8 @@ def health() -> Health:
 
 @pytest.fixture
 def port(health: Health) -> Iterator[int]:
-    server = serve("127.0.0.1", 0, Metrics(), health)
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(health) as bound:
+        yield bound
 
 
 def test_the_port_comes_from_the_config_file(environ: pytest.MonkeyPatch, port: int, health: Health,
