@@ -101,11 +101,8 @@ def _tuple(buf: bytes, pos: int, count: int, tag: str) -> tuple[TupleData, int]:
     ``None`` and this loop names the fault. ``buf`` is ``bytes`` except for a row message of
     ``IN_PLACE_BYTES`` or more (``_owned``), which this loop reads as the memoryview it arrived in.
     """
-    if _native is not None:
-        try:
-            parsed = _native.read_tuple(buf, pos, count)
-        except TypeError:  # a memoryview (an in-place huge message): the loop below reads it
-            parsed = None
+    if _native is not None and type(buf) is bytes:  # an in-place huge message (a memoryview): the loop below
+        parsed = _native.read_tuple(buf, pos, count)
         if parsed is not None:
             data = _new(TupleData)
             _set_kinds(data, parsed[0])
