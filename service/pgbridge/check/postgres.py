@@ -86,13 +86,8 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
     if standby:
         problems.extend(_standby_problems(conn, pg))
     if standby and not publication_exists:
-        tables = pg.table_pairs or []
-        patterns = pattern_selection(pg)
-        if patterns is not None:
-            try:
-                tables = resolve_selection(conn, patterns)
-            except PgbridgeError as exc:
-                problems.append(Problem("error", str(exc), exc.hint or "fix the patterns"))
+        tables, selection_problems = _selected_tables(conn, pg)
+        problems.extend(selection_problems)
         statement = create_statement(pg.publication, None if pg.publication_mode == MODE_ALL_TABLES else tables,
                                      conn.info.server_version)
         problems.append(Problem("error", f"publication {pg.publication} does not exist on this standby, and a standby "
@@ -202,24 +197,30 @@ def _standby_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgres
     return problems
 
 
+def _selected_tables(conn: psycopg.Connection[tuple[object, ...]],
+                     pg: PostgresConfig) -> tuple[list[tuple[str, str]], list[Problem]]:
+    """The tables ``postgres.tables`` or the include/exclude patterns select, resolved against the
+    catalog as ``run`` resolves them, with the error of patterns that cannot be resolved."""
+    patterns = pattern_selection(pg)
+    if patterns is None:
+        return pg.table_pairs or [], []
+    try:
+        return resolve_selection(conn, patterns), []
+    except PgbridgeError as exc:
+        return [], [Problem("error", str(exc), exc.hint or "fix the patterns")]
+
+
 def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresConfig, user: str,
                         exists: bool) -> tuple[list[Problem], list[tuple[str, str]]]:
     """``table_include`` / ``table_exclude`` and ``publication_mode`` (docs/capture.md): the patterns
     match a table, and the publication exists or ``run`` can create it as the mode asks. Returns the
     problems and the tables ``run`` would capture (for the per-table checks)."""
-    problems: list[Problem] = []
-    selected = pg.table_pairs
+    selected, problems = _selected_tables(conn, pg)
     patterns = pattern_selection(pg)
-    if patterns is not None:
-        try:
-            selected = resolve_selection(conn, patterns)
-        except PgbridgeError as exc:
-            problems.append(Problem("error", str(exc), exc.hint or "fix the patterns"))
-            selected = []
     version = conn.info.server_version
     if exists:
         captured = slots.published_tables(conn, pg.publication, stream_filter(pg))
-        lacking = sorted(set(selected or []) - member_tables(conn, pg.publication)) \
+        lacking = sorted(set(selected) - member_tables(conn, pg.publication)) \
             if not is_all_tables(conn, pg.publication) else []
         names = ", ".join(table_name(schema, name) for schema, name in lacking)
         if lacking and pg.publication_mode == MODE_DISABLED:
@@ -233,8 +234,8 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
     if pg.publication_mode == MODE_DISABLED:
         problems.append(Problem("error", f"publication {pg.publication} does not exist and postgres.publication_mode "
                                 "is disabled, so run does not create it",
-                                f"as the tables' owner: {create_statement(pg.publication, selected or [], version)}"))
-        return problems, selected or []
+                                f"as the tables' owner: {create_statement(pg.publication, selected, version)}"))
+        return problems, selected
     if pg.publication_mode == MODE_ALL_TABLES:
         row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
         if row is None or not row[0]:
@@ -244,7 +245,6 @@ def _selection_problems(conn: psycopg.Connection[tuple[object, ...]], pg: Postgr
                 f"as a superuser: {create_statement(pg.publication, None, version)} or ALTER ROLE "
                 f"{quote_ident(user)} SUPERUSER; or set postgres.publication_mode to filtered"))
         return problems, select_tables(catalog_tables(conn), stream_filter(pg) or TableSelection(include=None))
-    assert selected is not None  # filtered with patterns
     if selected:
         problems.extend(_publication_creation_problems(conn, pg.publication, selected, user))
     return problems, selected
