@@ -14,7 +14,14 @@ from collections.abc import Iterator, Mapping
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support.broker import Broker, TansuBroker, start_broker, start_tansu
+from tests.support.broker import (
+    Broker,
+    TansuBroker,
+    broker_kind,
+    start_apache_kafka,
+    start_broker,
+    start_tansu,
+)
 from tests.support.postgres import (
     PgCluster,
     PgClusterFactory,
@@ -80,6 +87,20 @@ def kafka_broker() -> Iterator[Broker]:
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """Apache Kafka whatever the suite's broker: the suite's own when it is Apache Kafka, else one
+    started for the tests whose point is a real broker's behaviour (its message size limits)."""
+    if broker_kind() != "tansu":
+        yield request.getfixturevalue("kafka_broker")
+        return
+    cluster = start_apache_kafka()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture

@@ -26,14 +26,14 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
-from tests.support.broker import Broker, broker_kind, start_apache_kafka
+from tests.support.broker import Broker
 from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
@@ -51,20 +51,6 @@ TRANSACTION = (
     f"FROM generate_series(1, {BLOCK_CHUNKS})",
     "INSERT INTO docs VALUES (3, 'small after')",
 )
-
-
-@pytest.fixture(scope="module")
-def apache_kafka(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """The suite's broker when it is Apache Kafka; otherwise one of this module's own (the
-    producer's and the broker's real size limits are the point)."""
-    if broker_kind() != "tansu":
-        yield request.getfixturevalue("kafka_broker")
-        return
-    cluster = start_apache_kafka()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 class _Run:

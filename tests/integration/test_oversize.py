@@ -11,7 +11,6 @@ position and key goes to ``{prefix}._dead_letter``, later changes arrive, the me
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -19,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from pgbridge.metrics import OVERSIZE_RECORDS_TOTAL
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas, read_events
-from tests.support.broker import Broker, broker_kind, start_apache_kafka
+from tests.support.broker import Broker
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn
@@ -31,20 +30,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 BIG = 3_000_000  # characters of text: over both the producer's and the broker's default limits
 TOPIC_LIMIT = 100_000  # the table topic's max.message.bytes in the dead-letter scenario
 DDL = "CREATE TABLE docs (id int PRIMARY KEY, body text)"
-
-
-@pytest.fixture(scope="module")
-def apache_kafka(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """The suite's broker when it is Apache Kafka; otherwise one of this module's own (a real
-    broker-side size limit is the point of the test)."""
-    if broker_kind() != "tansu":
-        yield request.getfixturevalue("kafka_broker")
-        return
-    cluster = start_apache_kafka()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def _env(pg_dsn: str, bootstrap: str, prefix: str, extra: dict[str, str]) -> dict[str, str]:
