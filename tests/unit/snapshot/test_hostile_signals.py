@@ -22,21 +22,11 @@ from pgbridge.snapshot.incremental import (
     parse_signal,
     read_signal,
 )
+from tests.support.progress import MemoryProgress
 
 
-class _Progress:
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
-
-    def put(self, key: str, value: Any) -> None:
-        self.records[key] = value
-
-    def flush(self) -> None:
-        pass
-
-
-def _snapshotter() -> tuple[IncrementalSnapshotter, _Progress]:
-    progress = _Progress()
+def _snapshotter() -> tuple[IncrementalSnapshotter, MemoryProgress]:
+    progress = MemoryProgress()
     snap = IncrementalSnapshotter(dsn="", slot="s1", publication="p", chunk_rows=10, signal_prefix="pgbridge.signal",
                                   progress=progress, metrics=Metrics(), connect_timeout_s=1)  # type: ignore[arg-type]
     return snap, progress

@@ -17,22 +17,11 @@ from pgbridge.snapshot.incremental import (
     _PendingChunk,
     read_signal,
 )
+from tests.support.progress import MemoryProgress
 
 
-class _Progress:
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
-        self.flushes = 0
-
-    def put(self, key: str, value: Any) -> None:
-        self.records[key] = value
-
-    def flush(self) -> None:
-        self.flushes += 1
-
-
-def _snapshotter() -> tuple[IncrementalSnapshotter, _Progress, Metrics]:
-    progress, metrics = _Progress(), Metrics()
+def _snapshotter() -> tuple[IncrementalSnapshotter, MemoryProgress, Metrics]:
+    progress, metrics = MemoryProgress(), Metrics()
     snap = IncrementalSnapshotter(dsn="", slot="s1", publication="p", chunk_rows=10, signal_prefix="pgbridge.signal",
                                   progress=progress, metrics=metrics, connect_timeout_s=1)  # type: ignore[arg-type]
     return snap, progress, metrics

@@ -18,6 +18,7 @@ from pgbridge.periodic import Heartbeat, PrimaryHeartbeat, PromotionWatch, strea
 from pgbridge.snapshot.incremental import IncrementalSnapshotter
 from pgbridge.source.standby import PrimaryConnection, ServerRole, server_role
 from tests.support.ports import free_port
+from tests.support.progress import MemoryProgress
 
 
 class _Conn:
@@ -88,21 +89,10 @@ def test_a_heartbeat_on_an_unreachable_primary_warns_once_and_keeps_streaming(ca
     assert metrics.heartbeats._value.get() == 0
 
 
-class _Progress:
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
-
-    def put(self, key: str, value: Any) -> None:
-        self.records[key] = value
-
-    def flush(self) -> None:
-        pass
-
-
 def test_incremental_snapshots_without_a_writable_connection_are_skipped_with_the_fix(
         caplog: pytest.LogCaptureFixture) -> None:
     snap = IncrementalSnapshotter(dsn=None, slot="s1", publication="p", chunk_rows=10, signal_prefix="pgbridge.signal",
-                                  progress=_Progress(), metrics=Metrics(), connect_timeout_s=1)  # type: ignore[arg-type]
+                                  progress=MemoryProgress(), metrics=Metrics(), connect_timeout_s=1)  # type: ignore[arg-type]
     snap.on_signal(b'{"type": "execute-snapshot", "tables": ["public.a"]}', Lsn(100))
     assert snap.state.queue == ["public.a"]
     snap.tick(lambda *_: None, lambda _: ())  # type: ignore[arg-type]
