@@ -29,6 +29,7 @@ from tests.support.postgres import (
     drop_database,
     start_cluster,
 )
+from tests.support.registry import SchemaRegistry, start_registry
 
 # Property tests check correctness, not speed: on a loaded 2-core CI machine input generation and
 # single examples can be slow, which Hypothesis would otherwise report as a failure.
@@ -101,6 +102,14 @@ def apache_kafka(request: pytest.FixtureRequest) -> Iterator[Broker]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def registry() -> Iterator[SchemaRegistry]:
+    """A real Schema Registry shared by the session; tests use their own subjects (the topic
+    prefix is unique)."""
+    with start_registry() as started:
+        yield started
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -25,19 +24,12 @@ from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic, read_topics
 from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
-from tests.support.registry import SchemaRegistry, start_registry
+from tests.support.registry import SchemaRegistry
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 TABLE = "CREATE TABLE public.items (id int PRIMARY KEY, v int)"
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistry]:
-    """One real registry for the module; tests use their own subjects (the topic prefix is unique)."""
-    with start_registry() as started:
-        yield started
 
 
 def _env(dsn: str, broker: Broker, prefix: str, registry_url: str, **registry: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -31,13 +30,6 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 TABLE = "CREATE TABLE public.items (id int PRIMARY KEY, v int, note text)"
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistry]:
-    """One real registry for the module; tests use their own subjects (the topic prefix is unique)."""
-    with start_registry() as started:
-        yield started
 
 
 def _env(dsn: str, broker: Broker, prefix: str, registry_url: str, snapshot: str = "never") -> dict[str, str]:
