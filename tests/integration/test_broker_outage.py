@@ -56,15 +56,18 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
         # when: the broker dies and more changes are committed
         fresh_broker.stop()
         confirmed_before = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
-        # WAL between the first batch and the outage's first change carries nothing to publish (a
-        # running-xacts record, say): a keepalive with nothing in flight may confirm it, never more
-        outage_start = wal_insert_lsn(pg_dsn)
-        last_write = _insert(pg_dsn, 51, 100)
+        # A keepalive with nothing in flight may confirm WAL that carries nothing to publish: a
+        # running-xacts record, or the first outage transaction's row records before its commit is
+        # written (its BEGIN is not sent until then; a CI run confirmed exactly past its insert). Postgres
+        # skips on restart only a transaction whose commit record starts below the confirmed LSN, so
+        # the bound is a position below the first outage commit record.
+        outage_start = commit_bound(pg_dsn, "INSERT INTO t VALUES (51, 'row 51')")
+        last_write = _insert(pg_dsn, 52, 99)
         # the bridge has read every change of the outage, then answered Postgres with a status update
         wait_until(lambda: metric(scrape(port), RECEIVED_LSN) > last_write, timeout=60,
                    message="the bridge never read the changes committed while the broker was down")
         wait_for_status_update(pg_dsn, topic_prefix)
-        # then: nothing committed while the broker was away was confirmed
+        # then: no transaction committed while the broker was away is confirmed
         assert (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) <= outage_start
         assert bridge.alive(), bridge.log()
         # when: a new, empty broker comes up on the same address

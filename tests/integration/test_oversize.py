@@ -21,7 +21,7 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas, read_e
 from tests.support.broker import Broker
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -40,11 +40,10 @@ def _env(pg_dsn: str, bootstrap: str, prefix: str, extra: dict[str, str]) -> dic
                              **extra})
 
 
-def _current_lsn(pg_dsn: str) -> int:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-    assert row is not None
-    return int(row[0])
+def _insert_big(pg_dsn: str) -> int:
+    """Insert the oversized row 2; return a position below its commit record (see ``commit_bound``):
+    a keepalive may confirm WAL up to there, never the row's commit."""
+    return commit_bound(pg_dsn, f"INSERT INTO docs VALUES (2, repeat('x', {BIG}))")
 
 
 def _insert(pg_dsn: str, row_id: int, body: str) -> None:
@@ -72,8 +71,7 @@ def test_stop_names_the_record_and_the_settings_and_every_restart_stops_there(
     env = _env(pg_dsn, apache_kafka.bootstrap, topic_prefix, {})
     with _started(env, pg_dsn, topic_prefix) as bridge:
         _insert(pg_dsn, 1, "small")
-        before_big = _current_lsn(pg_dsn)
-        _insert(pg_dsn, 2, "x" * BIG)
+        before_big = _insert_big(pg_dsn)
         _insert(pg_dsn, 3, "after")
         line = _exit_line(bridge)
     for part in ("table public.docs", "key {id=2}", "bytes encoded", "producer's message.max.bytes of 1,000,000",
@@ -108,8 +106,7 @@ def test_stop_when_the_broker_refuses_names_the_topic_limit(
     _topic_with_limit(apache_kafka.bootstrap, f"{topic_prefix}.public.docs")
     env = _env(pg_dsn, apache_kafka.bootstrap, topic_prefix, BROKER_DECIDES)
     with _started(env, pg_dsn, topic_prefix) as bridge:
-        before_big = _current_lsn(pg_dsn)
-        _insert(pg_dsn, 2, "x" * BIG)
+        before_big = _insert_big(pg_dsn)
         _insert(pg_dsn, 3, "after")
         line = _exit_line(bridge)
     assert "table public.docs key {id=2}" in line and "event 1" in line, line
@@ -126,8 +123,7 @@ def test_dead_letter_publishes_position_and_key_and_goes_on(
                {"PGBRIDGE_KAFKA__OVERSIZE_POLICY": "dead_letter", **BROKER_DECIDES})
     with _started(env, pg_dsn, topic_prefix, http=True) as bridge:
         _insert(pg_dsn, 1, "small")
-        big_lsn = _current_lsn(pg_dsn)
-        _insert(pg_dsn, 2, "x" * BIG)
+        big_lsn = _insert_big(pg_dsn)
         _insert(pg_dsn, 3, "after")
         wait_caught_up(pg_dsn, topic_prefix, timeout=90)
         assert bridge.alive(), bridge.log()
@@ -143,7 +139,7 @@ def test_dead_letter_publishes_position_and_key_and_goes_on(
         "record_too_large", "broker", "public.docs", "{id=2}", TOPIC_LIMIT)
     assert letter["size_bytes"] > BIG and letter["total_order"] == 1
     commit_lsn = int(letter["commit_lsn"].split("/")[0], 16) << 32 | int(letter["commit_lsn"].split("/")[1], 16)
-    assert commit_lsn > big_lsn
+    assert commit_lsn >= big_lsn  # the refused row's own commit
     assert load_schemas(apache_kafka.bootstrap, topic_prefix).decode(letters[0].key) == {"id": 2}
     assert len(letters[0].value) < 2_000  # a small record saying why, never the oversize value
     assert counted == 1
