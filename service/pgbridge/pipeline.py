@@ -48,6 +48,7 @@ from pgbridge.errors import (
     TransientError,
 )
 from pgbridge.health import Health
+from pgbridge.lane import INSERT_MIN_BYTES, INSERT_TAG, INSERT_TAG_AT, ROW_TAGS, InsertLane
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
@@ -213,6 +214,7 @@ class Session:
         self.incremental: IncrementalSnapshotter | None = None
         self.stream: ReplicationStream | None = None
         self.decoder: PgoutputDecoder | None = None
+        self.lane: InsertLane | None = None
         self._jobs: list[Job] = [KafkaProbe(self.publisher)]
         self._between_transactions: list[Job] = []
         self._gauges = AssemblerGauges(self.assembler, metrics)
@@ -230,6 +232,7 @@ class Session:
             encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
             incremental=snapshotter, completed=self.reporter.completed, idle=self._idle_tick,
             outbox=outbox_router(conn.sql, self.settings.outbox, self.settings.kafka.topic_prefix))
+        self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher, idle=self._idle_tick)
         self._prepare_slot(conn, dispatcher, records)
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
         # committed in Kafka already (the slot's confirmed LSN may lag it).
@@ -292,6 +295,8 @@ class Session:
         decode = self.decoder.decode
         feed = self.assembler.feed
         handle = self.dispatcher.handle
+        lane = self.lane
+        lane_open = lane is not None and lane.ready()
         reporter = self.reporter
         stop = self.stop
         frames = 0
@@ -299,10 +304,19 @@ class Session:
             batch = read_batch(0.1)
             if not batch:
                 self._housekeeping(reply_requested=False)
+                lane_open = lane is not None and lane.ready()
                 continue
             large = len(batch[-1]) >= LARGE_FRAME_BYTES  # only ever last (read_batch)
             for payload in batch[:-1] if large else batch:
                 if payload[0] == XLOG_TAG:
+                    if lane_open and len(payload) > INSERT_MIN_BYTES and payload[INSERT_TAG_AT] == INSERT_TAG:
+                        assert lane is not None
+                        wal_end = lane.insert(bytes(payload))
+                        if wal_end:  # published; otherwise the stages take it below
+                            if wal_end > reporter.received_lsn:
+                                reporter.received_lsn = wal_end
+                            frames += 1
+                            continue
                     wal_start, wal_end, body = split_xlog(payload)
                     if wal_end > reporter.received_lsn:
                         reporter.received_lsn = wal_end
@@ -316,6 +330,8 @@ class Session:
                             events = 0
                             self._housekeeping(reply_requested=False)
                     frames += 1
+                    if lane is not None and body[0] not in ROW_TAGS:  # BEGIN, COMMIT, Relation…: ask again
+                        lane_open = lane.ready()
                 else:
                     frame = parse_copy_message(payload)
                     assert isinstance(frame, Keepalive)  # the only other tag parse_copy_message accepts
@@ -327,6 +343,8 @@ class Session:
             if frames >= HOUSEKEEPING_EVERY:
                 frames = 0
                 self._housekeeping(reply_requested=False)
+            if lane is not None:
+                lane_open = lane.ready()
 
     def _large_frame(self, batch: list[memoryview]) -> None:
         """The batch's last frame, a huge one (a row holding a value of hundreds of MB, issue 16):

@@ -60,6 +60,7 @@ def _run(frames: list[array.array[int]], watch: int) -> list[tuple[bytes, int, b
     session.assembler = _Assembler()
     dispatcher = _Dispatcher(weakref.ref(frames[watch]))
     session.dispatcher = dispatcher
+    session.lane = None
     session.reporter = type("Reporter", (), {"received_lsn": 0})()
     session._housekeeping = lambda **_: None
     frames.clear()  # the stream's batch holds the only references now

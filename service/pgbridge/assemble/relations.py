@@ -29,9 +29,13 @@ class RelationCache:
     def __init__(self) -> None:
         self._relations: dict[int, Relation] = {}
         self._types: dict[int, tuple[str, str]] = {}
+        # Advanced by every message applied: whoever caches what it looked up (the insert lane,
+        # pgbridge/lane.py) compares one int a row instead of looking the relation up again.
+        self.version = 0
 
     def apply(self, msg: Relation | TypeInfo) -> None:
         """Remember a Relation or Type message; a newer one replaces the older."""
+        self.version += 1
         if isinstance(msg, Relation):
             self._relations[msg.rel_id] = msg
         else:

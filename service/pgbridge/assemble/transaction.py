@@ -225,6 +225,12 @@ class TransactionAssembler:
             return self._feed_prepare(msg, wal_start)
         return self._feed_stream_block(msg, wal_start)
 
+    def in_plain_transaction(self) -> bool:
+        """A plain transaction is open (not streamed, not being prepared) and its changes are
+        handed on unfiltered as they come: the session's insert lane (``pgbridge/lane.py``) may
+        take its inserts without ``feed``, which would only pass them through."""
+        return self._state is SessionState.IN_TRANSACTION and self._capture is None
+
     def oldest_unfinished_lsn(self) -> Lsn | None:
         """WAL start of the oldest transaction begun but not yet fully handed downstream."""
         starts = [*self._streams.first_lsns(), *self._prepared.first_lsns()]

@@ -32,7 +32,7 @@ from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.config import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.decode.messages import IDENTITY_FULL, IDENTITY_INDEX, Relation, TupleData
 from pgbridge.encode import schemas
-from pgbridge.encode.plan import TablePlan, kernel_built
+from pgbridge.encode.plan import OP_CREATE, TablePlan, kernel_built
 from pgbridge.encode.schemas import Schema
 from pgbridge.encode.subjects import SubjectNameStrategy, subject_name
 from pgbridge.encode.toast import TOAST_CACHE, TOAST_MARKER, TOAST_OLD_TUPLE, TOAST_POLICIES, ToastCache
@@ -141,7 +141,7 @@ class _TableSchemas(NamedTuple):
 
 
 _PLAN_CACHE_SIZE: Final = 4096
-_OP_CREATE: Final = write_string("c")
+_OP_CREATE: Final = OP_CREATE
 _OP_UPDATE: Final = write_string("u")
 _OP_DELETE: Final = write_string("d")
 _OP_READ: Final = write_string("r")
@@ -318,9 +318,16 @@ class ChangeEncoder:
         self._by_identity[id(relation)] = (relation, plan)  # holds the object, so its id stays unique
         return plan
 
+    def lane_plan(self, relation: Relation) -> TablePlan | None:
+        """``relation``'s plan when its inserts need nothing but the compiled kernel
+        (``TablePlan.native_insert``), for the session's insert lane (``pgbridge/lane.py``);
+        ``None`` sends them through ``encode_row``: no kernel, or the TOAST cache remembers them."""
+        plan = self._plan(relation)
+        return plan if plan.native is not None and plan.toast_policy != TOAST_CACHE else None
+
     # -- row changes -----------------------------------------------------------------------------
 
-    def _context(self, ctx: EventContext) -> tuple[bytes, bytes, bytes]:
+    def context_bytes(self, ctx: EventContext) -> tuple[bytes, bytes, bytes]:
         """(commit_lsn + xid + ts_us, origin, transaction id) bodies; cached per transaction."""
         key = (ctx.commit_lsn, ctx.xid, ctx.ts_us, ctx.origin)
         if key != self._context_key:
@@ -332,7 +339,7 @@ class ChangeEncoder:
 
     def _envelope(self, plan: TablePlan, op: bytes, before: TupleData | None, after: TupleData | None,
                   lsn: int, ctx: EventContext, snapshot: bool, in_transaction: bool) -> bytes:
-        return plan.envelope(op, before, after, lsn, self._context(ctx), ctx.total_order, ctx.collection_order,
+        return plan.envelope(op, before, after, lsn, self.context_bytes(ctx), ctx.total_order, ctx.collection_order,
                              snapshot, in_transaction)
 
     def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:

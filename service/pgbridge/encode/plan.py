@@ -49,6 +49,7 @@ _RawEncoder = Callable[[Any], bytes]
 
 _CONVERSION_ERRORS: Final = (ValueError, OverflowError, ArithmeticError, IndexError, struct.error, TypeError)
 _ROW_ERRORS: Final = (EncodeError, *_CONVERSION_ERRORS)
+OP_CREATE: Final = write_string("c")  # the envelope's ``op`` of an insert
 VALUE_KINDS: Final = (KIND_TEXT, KIND_BINARY)
 _SETTINGS_HINT: Final = ("pgbridge reads values as Postgres prints them with client_encoding=UTF8 and "
                          "DateStyle=ISO; check the replication connection's settings")
@@ -289,6 +290,28 @@ class TablePlan:
         parts.append(EMPTY_ARRAY if unchanged is None else write_string_array(unchanged))
         parts.append(VALUE_BRANCH + write_string_map(unrepresentable) if unrepresentable else NULL_BRANCH)
         return b"".join(parts)
+
+    def native_insert(self, after: TupleData, lsn: int, context: tuple[bytes, bytes, bytes], total_order: int,
+                      collection_order: int) -> tuple[bytes | None, bytes] | None:
+        """An insert's framed (key, envelope) written by the compiled kernel alone, for the
+        session's insert lane (``pgbridge/lane.py``): the same bytes ``envelope`` and
+        ``required_key`` give, or ``None`` when a column needs their Python path (a bad value
+        they name, an unrepresentable one they record, a key column missing). Needs ``native``."""
+        native = self.native
+        assert native is not None
+        source_tail, origin, transaction_id = context
+        try:
+            value: bytes | None = _native.encode_envelope(
+                self.value_header, None, after, native.row, OP_CREATE, self.source_head, lsn, source_tail, False,
+                origin, transaction_id, total_order, collection_order)
+            if value is None:
+                return None
+            if not self.key_indexes:
+                return None, value
+            key: bytes | None = _native.encode_key(self.key_header, after, native.key)
+        except (*_ROW_ERRORS, Unrepresentable):
+            return None
+        return None if key is None else (key, value)
 
 
 def _text_of(exc: Unrepresentable) -> str:

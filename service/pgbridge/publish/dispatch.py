@@ -7,7 +7,7 @@
  StandaloneMessage ──▶ its own unit
 ```
 One transaction is open at a time (the assembler hands over whole transactions in commit order).
-Its ``_OpenTransaction`` carries the unit every record is tracked under, the running order
+Its ``OpenTransaction`` carries the unit every record is tracked under, the running order
 numbers of the envelope and one tally per table, added to Prometheus once per transaction.
 
 Three things ride along because they must see the same events in the same order:
@@ -102,7 +102,7 @@ class _TableTally:
 
 
 @dataclass(slots=True)
-class _OpenTransaction:
+class OpenTransaction:
     """Per-transaction state of the row path; one ``EventContext`` serves every change of it.
 
     The context's order fields are advanced in place through their slot descriptors (checked
@@ -189,7 +189,7 @@ class Dispatcher:
         self.position: Position | None = None  # exactly-once: how far committed Kafka transactions got
         self._completed = completed
         self._idle = idle
-        self._tx: _OpenTransaction | None = None
+        self._tx: OpenTransaction | None = None
         self._skipped: TxBegin | None = None  # exactly-once: a transaction already whole in Kafka
         self._row_event: RowChange | None = None  # the change being produced, for ``_describe_row``
         self._describe_row = self._row_origin  # bound once: the row path passes it every row
@@ -197,6 +197,17 @@ class Dispatcher:
     @property
     def in_transaction(self) -> bool:
         return self._tx is not None
+
+    def lane_transaction(self) -> OpenTransaction | None:
+        """The open transaction when its inserts need only encoding and producing, for the session's
+        insert lane (``pgbridge/lane.py``), which then keeps its orders and tallies as ``_row`` does:
+        not under exactly-once (its positions and parts), an outbox, skipped inserts or dropped
+        tombstones' filter, nor while a transaction already in Kafka is being skipped."""
+        tx = self._tx
+        if (tx is None or self._skipped is not None or self.transactions is not None or self.outbox is not None
+                or tx.skip_through or (self._skipped_ops is not None and "c" in self._skipped_ops)):
+            return None
+        return tx
 
     def produce(self, record: OutRecord, callback: Callable[..., None], unit: Unit) -> None:
         self.publisher.topics.ensure(record.topic)
@@ -272,7 +283,7 @@ class Dispatcher:
         if transactions is not None and transactions.split_due():
             self._split(tx)
 
-    def _outbox_row(self, event: RowChange, outbox: OutboxRouter, tx: _OpenTransaction) -> None:
+    def _outbox_row(self, event: RowChange, outbox: OutboxRouter, tx: OpenTransaction) -> None:
         """An outbox table's change: an insert is one outbox record, produced in the transaction's
         unit; it takes no place in the transaction's order (the outbox table's own topic gets
         nothing, so no END count may announce it). Under exactly-once, a transaction committed in
@@ -291,7 +302,7 @@ class Dispatcher:
         self.counters.events(table, "c", 1)
         self.counters.bytes(table, len(record.key or b"") + len(record.value or b""))
 
-    def _skip_row(self, event: RowChange, table: str, tx: _OpenTransaction) -> None:
+    def _skip_row(self, event: RowChange, table: str, tx: OpenTransaction) -> None:
         """A change of a skipped operation: nothing published, no place in the transaction's order.
         It still supersedes the held incremental-snapshot row of its key, as a published one would:
         that row was read before this change and would publish a state the table no longer has."""
@@ -308,7 +319,7 @@ class Dispatcher:
             return
         ts_us = event.commit_ts + PG_EPOCH_UNIX_US
         unit = self.tracker.open_unit(ts_us)
-        tx = _OpenTransaction(begin=event, unit=unit, callback=self.publisher.callback_for(unit), ts_us=ts_us,
+        tx = OpenTransaction(begin=event, unit=unit, callback=self.publisher.callback_for(unit), ts_us=ts_us,
                               skip_through=position.skips_through(event.commit_lsn) if position else 0)
         self._tx = tx
         if self.transactions is not None:
@@ -405,7 +416,7 @@ class Dispatcher:
             if done:
                 self._completed(done)
 
-    def _split(self, tx: _OpenTransaction) -> None:
+    def _split(self, tx: OpenTransaction) -> None:
         """Exactly-once: commit the part of a huge transaction produced so far (rule 1 of
         publish/transactions.py); its unit stays held by the next Kafka transaction."""
         transactions = self.transactions
@@ -414,7 +425,7 @@ class Dispatcher:
         transactions.hold(tx.unit)
         log.info("huge transaction committed in parts", extra={"xid": tx.begin.xid, "events": tx.total_order})
 
-    def _snapshot_message(self, prefix: str, content: bytes, lsn: Lsn, tx: _OpenTransaction | None) -> None:
+    def _snapshot_message(self, prefix: str, content: bytes, lsn: Lsn, tx: OpenTransaction | None) -> None:
         """Signals start incremental snapshots; a chunk's high watermark releases its rows, produced
         in the watermark's transaction so the confirmed LSN cannot pass them unacknowledged."""
         snap = self.incremental
