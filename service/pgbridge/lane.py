@@ -13,7 +13,8 @@ they would do for such a row, with the stages' own objects, and nothing else:
 
 * it runs only while the stages say so: the assembler is in a plain transaction with no capture
   filter (``in_plain_transaction``), the dispatcher's open transaction needs nothing but encoding
-  (``lane_transaction``: not exactly-once, no outbox or skipped inserts), the table's plan needs
+  (``lane_transaction``: no outbox or skipped inserts, no exactly-once transaction being skipped
+  or resumed; a huge one is split as ``_row`` splits it), the table's plan needs
   only the kernel (``lane_plan``: no column policy, no TOAST cache). ``ready`` asks them after every
   frame the stages handle, since only such a frame (BEGIN, COMMIT, Relation, Origin…) or a
   housekeeping pass can change their answer;
@@ -83,6 +84,7 @@ class InsertLane:
         self._encoder = dispatcher.encoder
         self._publisher = dispatcher.publisher
         self._incremental = dispatcher.incremental
+        self._exactly_once = dispatcher.transactions is not None
         self._idle = idle
         self._tables: dict[int, _Table | None] = {}
         self._version = -1
@@ -154,6 +156,8 @@ class InsertLane:
         tally.nbytes += len(value) if key is None else len(key) + len(value)  # as _TableTally.add, inline
         ops = tally.ops
         ops["c"] = ops.get("c", 0) + 1
+        if self._exactly_once:
+            self._dispatcher.split_if_due(tx)
         return wal_end
 
     def _entry(self, rel_id: int) -> _Table | None:

@@ -45,6 +45,7 @@ from pgbridge.metrics import Metrics
 from pgbridge.pipeline import Session
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.oversize import RecordOrigin
+from pgbridge.publish.transactions import Position
 from tests.support.pgoutput_builder import encode_message
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
@@ -67,12 +68,42 @@ class _Topics:
         self.ensured.add(topic)
 
 
+class _Transactions:
+    """Exactly-once's Kafka transactions as the dispatcher drives them: every ``every``-th row's
+    ``split_due`` says a huge transaction is due a part commit; what is committed and held is logged."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.asked = 0
+        self.log: list[tuple[str, Any]] = []
+
+    def ensure_open(self) -> None:
+        pass
+
+    def wrote(self, records: int, nbytes: int) -> None:
+        self.log.append(("wrote", (records, nbytes)))
+
+    def hold(self, unit: Unit) -> None:
+        self.log.append(("hold", unit.pending))
+
+    def boundary(self, position: Position) -> bool:
+        self.log.append(("boundary", position))
+        return False
+
+    def split_due(self) -> bool:
+        self.asked += 1
+        return self.asked % self.every == 0
+
+    def commit_part(self, position: Position) -> None:
+        self.log.append(("part", position))
+
+
 class _Publisher:
     """The producer's side the dispatcher and the lane use, recording every record in order."""
 
-    def __init__(self, tracker: AckTracker) -> None:
+    def __init__(self, tracker: AckTracker, transactions: _Transactions | None) -> None:
         self.config = KafkaConfig(bootstrap_servers="127.0.0.1:9")
-        self.transactions = None
+        self.transactions = transactions
         self.topics = _Topics()
         self.tracker = tracker
         self.records: list[tuple[str, bytes | None, bytes | None, int, RecordOrigin | None]] = []
@@ -85,13 +116,16 @@ class _Publisher:
                 idle: Callable[[], None], describe: Callable[[str], RecordOrigin] | None = None,
                 headers: Any = None) -> None:
         assert topic in self.topics.ensured, topic
+        if self.transactions is not None:
+            self.transactions.ensure_open()
+            self.transactions.wrote(1, len(value or b"") + len(key or b""))
         self.tracker.add_record(unit)
         number = self._units.setdefault(id(unit), len(self._units))
         self.records.append((topic, key, value, number, None if describe is None else describe(topic)))
 
     def produce_all(self, records: list[tuple[str, bytes | None, bytes | None]], callback: Callable[..., None],
                     unit: Unit, idle: Callable[[], None], describe: Callable[[str], RecordOrigin] | None = None) -> int:
-        for topic, key, value in records:
+        for topic, key, value in records:  # KafkaPublisher.produce_all, one record at a time
             self.topics.ensure(topic)
             self.produce(topic, key, value, callback, unit, idle, describe)
         return sum(len(key or b"") + len(value or b"") for _, key, value in records)
@@ -122,15 +156,17 @@ class _CountingLane(InsertLane):
 class _Run:
     def __init__(self, publisher: _Publisher, metrics: Metrics, received: int, taken: int) -> None:
         self.records = publisher.records
+        self.transactions = None if publisher.transactions is None else publisher.transactions.log
         self.metrics = [line for line in generate_latest(metrics.registry).decode().splitlines()
                         if "_created" not in line]  # creation times differ between runs
         self.received = received
         self.taken = taken
 
 
-def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, **encoder: Any) -> _Run:
+def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_every: int | None = None,
+         **encoder: Any) -> _Run:
     tracker, metrics = AckTracker(), Metrics()
-    publisher = _Publisher(tracker)
+    publisher = _Publisher(tracker, None if split_every is None else _Transactions(split_every))
     session: Any = Session.__new__(Session)
     session.stop = threading.Event()
     session.stream = _Stream([list(batch) for batch in batches], session.stop)
@@ -221,6 +257,16 @@ def test_the_lane_publishes_what_the_stages_publish(tmp_path: pathlib.Path) -> N
     assert with_lane.taken == 44 and stages.taken == 0
     assert len(stages.records) == 66  # 8 BEGIN + END pairs, 44 + 2 inserts, an update, a delete and
     # its tombstone, a message, a truncate
+
+
+def test_under_exactly_once_the_lane_splits_a_huge_transaction_where_the_stages_do(tmp_path: pathlib.Path) -> None:
+    batches = _scenario()
+    with_lane = _run(batches, tmp_path / "lane", lane=True, split_every=7)
+    stages = _run(batches, tmp_path / "stages", lane=False, split_every=7)
+    assert with_lane.taken == 44
+    assert with_lane.records == stages.records
+    assert with_lane.transactions == stages.transactions
+    assert stages.transactions is not None and sum(1 for what, _ in stages.transactions if what == "part") == 6  # 48 rows
 
 
 def test_batches_split_anywhere_give_the_same_records(tmp_path: pathlib.Path) -> None:

@@ -201,11 +201,12 @@ class Dispatcher:
     def lane_transaction(self) -> OpenTransaction | None:
         """The open transaction when its inserts need only encoding and producing, for the session's
         insert lane (``pgbridge/lane.py``), which then keeps its orders and tallies as ``_row`` does:
-        not under exactly-once (its positions and parts), an outbox, skipped inserts or dropped
-        tombstones' filter, nor while a transaction already in Kafka is being skipped."""
+        not with an outbox or skipped inserts, nor while a transaction already whole in Kafka is
+        skipped or one committed in parts resumes (exactly-once); the lane splits a huge
+        transaction as ``_row`` does (``split_if_due``)."""
         tx = self._tx
-        if (tx is None or self._skipped is not None or self.transactions is not None or self.outbox is not None
-                or tx.skip_through or (self._skipped_ops is not None and "c" in self._skipped_ops)):
+        if (tx is None or self._skipped is not None or self.outbox is not None or tx.skip_through
+                or (self._skipped_ops is not None and "c" in self._skipped_ops)):
             return None
         return tx
 
@@ -279,9 +280,8 @@ class Dispatcher:
         snap = self.incremental
         if snap is not None and snap.window_table == table:
             snap.drop_keys(record.key for record in records)
-        transactions = self.transactions
-        if transactions is not None and transactions.split_due():
-            self._split(tx)
+        if self.transactions is not None:
+            self.split_if_due(tx)
 
     def _outbox_row(self, event: RowChange, outbox: OutboxRouter, tx: OpenTransaction) -> None:
         """An outbox table's change: an insert is one outbox record, produced in the transaction's
@@ -416,11 +416,14 @@ class Dispatcher:
             if done:
                 self._completed(done)
 
-    def _split(self, tx: OpenTransaction) -> None:
-        """Exactly-once: commit the part of a huge transaction produced so far (rule 1 of
-        publish/transactions.py); its unit stays held by the next Kafka transaction."""
+    def split_if_due(self, tx: OpenTransaction) -> None:
+        """Exactly-once, after each row: commit the part of a huge transaction produced so far when
+        it is due (rule 1 of publish/transactions.py); its unit stays held by the next Kafka
+        transaction."""
         transactions = self.transactions
         assert transactions is not None
+        if not transactions.split_due():
+            return
         transactions.commit_part(Position(tx.begin.commit_lsn, tx.total_order, complete=False))
         transactions.hold(tx.unit)
         log.info("huge transaction committed in parts", extra={"xid": tx.begin.xid, "events": tx.total_order})
