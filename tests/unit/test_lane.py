@@ -46,6 +46,7 @@ from pgbridge.pipeline import Session
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.oversize import RecordOrigin
 from pgbridge.publish.transactions import Position
+from tests.support.batches import BatchStream
 from tests.support.pgoutput_builder import encode_message
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
@@ -131,18 +132,6 @@ class _Publisher:
         return sum(len(key or b"") + len(value or b"") for _, key, value in records)
 
 
-class _Stream:
-    def __init__(self, batches: list[list[bytes]], stop: threading.Event) -> None:
-        self._batches = batches
-        self._stop = stop
-
-    def read_batch(self, _timeout: float) -> list[memoryview]:
-        if not self._batches:
-            self._stop.set()
-            return []
-        return [memoryview(frame) for frame in self._batches.pop(0)]
-
-
 class _CountingLane(InsertLane):
     taken = 0
 
@@ -169,7 +158,7 @@ def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_eve
     publisher = _Publisher(tracker, None if split_every is None else _Transactions(split_every))
     session: Any = Session.__new__(Session)
     session.stop = threading.Event()
-    session.stream = _Stream([list(batch) for batch in batches], session.stop)
+    session.stream = BatchStream(batches, session.stop)
     session.decoder = PgoutputDecoder(1)
     session.assembler = TransactionAssembler(memory_bytes=1 << 20, spill_dir=tmp)
     log = SchemaLog()

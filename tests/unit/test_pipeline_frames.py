@@ -15,6 +15,7 @@ from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.lsn import Lsn
 from pgbridge.pipeline import Session
 from pgbridge.source.stream import LARGE_FRAME_BYTES
+from tests.support.batches import BatchStream
 from tests.support.pgoutput_builder import encode_message
 
 HEADER = b"w" + (0x1000).to_bytes(8, "big") + (0x2000).to_bytes(8, "big") + (0).to_bytes(8, "big")
@@ -24,18 +25,6 @@ def _frame(row_id: int, size: int) -> array.array[int]:
     """An XLogData frame of an Insert, in an object a weak reference can watch."""
     insert = Insert(xid=None, rel_id=16384, new=TupleData(b"tt", (str(row_id).encode(), b"v" * size)))
     return array.array("B", HEADER + encode_message(insert, proto_version=1))
-
-
-class _Stream:
-    def __init__(self, batches: list[list[array.array[int]]], stop: threading.Event) -> None:
-        self._batches = batches
-        self._stop = stop
-
-    def read_batch(self, _timeout: float) -> list[memoryview]:
-        if not self._batches:
-            self._stop.set()
-            return []
-        return [memoryview(frame) for frame in self._batches.pop(0)]
 
 
 class _Assembler:
@@ -55,7 +44,7 @@ class _Dispatcher:
 def _run(frames: list[array.array[int]], watch: int) -> list[tuple[bytes, int, bool]]:
     session: Any = Session.__new__(Session)
     session.stop = threading.Event()
-    session.stream = _Stream([list(frames)], session.stop)
+    session.stream = BatchStream([frames], session.stop)
     session.decoder = PgoutputDecoder(1)
     session.assembler = _Assembler()
     dispatcher = _Dispatcher(weakref.ref(frames[watch]))
