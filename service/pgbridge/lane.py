@@ -11,8 +11,9 @@ into a ``RowChange`` (a plain transaction is handed on as it comes), the dispatc
 plan, advances the orders and tallies, and the encoder calls the kernel. The lane does just what
 they would do for such a row, with the stages' own objects, and nothing else:
 
-* it runs only while the stages say so: the assembler is in a plain transaction with no capture
-  filter (``in_plain_transaction``), the dispatcher's open transaction needs nothing but encoding
+* it runs only while the stages say so: the assembler is in a plain transaction
+  (``in_plain_transaction``) and hands the table's changes on (``passes_on``: a table the capture
+  filter drops is left to it), the dispatcher's open transaction needs nothing but encoding
   (``lane_transaction``: no outbox or skipped inserts, no exactly-once transaction being skipped
   or resumed; a huge one is split as ``_row`` splits it), the table's plan needs
   only the kernel (``lane_plan``: no column policy, no TOAST cache). ``ready`` asks them after every
@@ -164,7 +165,7 @@ class InsertLane:
         """The lane entry of a relation OID, or ``None`` when its inserts take the stages' path
         (unknown OID, whose error the assembler raises; a plan that needs more than the kernel)."""
         relation = self._relations.find(rel_id)
-        if relation is None:
+        if relation is None or not self._assembler.passes_on(relation):
             return None
         try:
             plan = self._encoder.lane_plan(relation)

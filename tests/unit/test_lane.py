@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from pgbridge.ack.tracker import AckTracker, Unit
+from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.config import KafkaConfig
 from pgbridge.decode.messages import (
@@ -46,6 +47,7 @@ from pgbridge.pipeline import Session
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.oversize import RecordOrigin
 from pgbridge.publish.transactions import Position
+from pgbridge.source.selection import TableSelection
 from tests.support.batches import BatchStream
 from tests.support.pgoutput_builder import encode_message
 from tests.unit.encode.avro_helpers import SchemaLog, relation
@@ -153,14 +155,14 @@ class _Run:
 
 
 def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_every: int | None = None,
-         **encoder: Any) -> _Run:
+         capture: CaptureFilter | None = None, **encoder: Any) -> _Run:
     tracker, metrics = AckTracker(), Metrics()
     publisher = _Publisher(tracker, None if split_every is None else _Transactions(split_every))
     session: Any = Session.__new__(Session)
     session.stop = threading.Event()
     session.stream = BatchStream(batches, session.stop)
     session.decoder = PgoutputDecoder(1)
-    session.assembler = TransactionAssembler(memory_bytes=1 << 20, spill_dir=tmp)
+    session.assembler = TransactionAssembler(memory_bytes=1 << 20, spill_dir=tmp, capture=capture)
     log = SchemaLog()
     session.dispatcher = Dispatcher(
         encoder=ChangeEncoder(topic_prefix="app", database="shop", registrar=SingleObjectRegistrar(log.announce),
@@ -256,6 +258,16 @@ def test_under_exactly_once_the_lane_splits_a_huge_transaction_where_the_stages_
     assert with_lane.records == stages.records
     assert with_lane.transactions == stages.transactions
     assert stages.transactions is not None and sum(1 for what, _ in stages.transactions if what == "part") == 6  # 48 rows
+
+
+def test_a_table_the_capture_filter_drops_is_left_to_it(tmp_path: pathlib.Path) -> None:
+    batches = _scenario()
+    only_items = TableSelection.from_patterns([r"public\.items"])
+    with_lane = _run(batches, tmp_path / "lane", lane=True, capture=CaptureFilter(only_items))
+    stages = _run(batches, tmp_path / "stages", lane=False, capture=CaptureFilter(only_items))
+    assert with_lane.records == stages.records
+    assert with_lane.taken == 42  # the two rows of public.log are dropped by the filter
+    assert not any(topic == "app.public.log" for topic, *_ in stages.records)
 
 
 def test_batches_split_anywhere_give_the_same_records(tmp_path: pathlib.Path) -> None:

@@ -28,8 +28,12 @@ class CaptureFilter:
         self._selection = selection
         self.dropped: dict[str, int] = {}
 
+    def selects(self, relation: Relation) -> bool:
+        """Whether ``relation``'s table is selected (no count, no log line)."""
+        return self._selection.matches(relation.namespace, relation.name)
+
     def _selected(self, relation: Relation) -> bool:
-        if self._selection.matches(relation.namespace, relation.name):
+        if self.selects(relation):
             return True
         name = f"{relation.namespace}.{relation.name}"
         count = self.dropped.get(name, 0)

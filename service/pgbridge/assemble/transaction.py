@@ -226,10 +226,15 @@ class TransactionAssembler:
         return self._feed_stream_block(msg, wal_start)
 
     def in_plain_transaction(self) -> bool:
-        """A plain transaction is open (not streamed, not being prepared) and its changes are
-        handed on unfiltered as they come: the session's insert lane (``pgbridge/lane.py``) may
-        take its inserts without ``feed``, which would only pass them through."""
-        return self._state is SessionState.IN_TRANSACTION and self._capture is None
+        """A plain transaction is open (not streamed, not being prepared): its changes are handed
+        on as they come, so the session's insert lane (``pgbridge/lane.py``) may take the inserts
+        of a table ``passes_on`` without ``feed``, which would only pass them through."""
+        return self._state is SessionState.IN_TRANSACTION
+
+    def passes_on(self, relation: Relation) -> bool:
+        """Whether a plain transaction's changes of ``relation`` are handed on unchanged: no
+        capture filter, or one that selects the table (it drops and counts the others)."""
+        return self._capture is None or self._capture.selects(relation)
 
     def oldest_unfinished_lsn(self) -> Lsn | None:
         """WAL start of the oldest transaction begun but not yet fully handed downstream."""
