@@ -11,6 +11,7 @@ everything to the stages fails here too.
 from __future__ import annotations
 
 import pathlib
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -148,6 +149,7 @@ class _Run:
     def __init__(self, publisher: _Publisher, metrics: Metrics, received: int, taken: int) -> None:
         self.records = publisher.records
         self.transactions = None if publisher.transactions is None else publisher.transactions.log
+        self.error = ""
         self.metrics = [line for line in generate_latest(metrics.registry).decode().splitlines()
                         if "_created" not in line]  # creation times differ between runs
         self.received = received
@@ -155,7 +157,9 @@ class _Run:
 
 
 def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_every: int | None = None,
-         capture: CaptureFilter | None = None, **encoder: Any) -> _Run:
+         capture: CaptureFilter | None = None, keep_error: bool = False, **encoder: Any) -> _Run:
+    """The stream through ``Session.run``; with ``keep_error`` an exception that ends it is kept
+    in ``error`` (type and text) beside what was produced before it, instead of raised."""
     tracker, metrics = AckTracker(), Metrics()
     publisher = _Publisher(tracker, None if split_every is None else _Transactions(split_every))
     session: Any = Session.__new__(Session)
@@ -174,9 +178,18 @@ def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_eve
                                  idle=lambda: None) if lane else None
     session.reporter = type("Reporter", (), {"received_lsn": 0})()
     session._housekeeping = lambda **_: None
-    session.run()
-    session.assembler.close()
-    return _Run(publisher, metrics, session.reporter.received_lsn, _CountingLane.taken)
+    error = ""
+    try:
+        session.run()
+    except Exception as exc:
+        if not keep_error:
+            raise
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        session.assembler.close()
+    run = _Run(publisher, metrics, session.reporter.received_lsn, _CountingLane.taken)
+    run.error = error
+    return run
 
 
 class _Frames:
@@ -295,6 +308,34 @@ def test_a_bad_value_is_named_by_the_stages_as_without_the_lane(tmp_path: pathli
             _run(batches, tmp_path / str(lane), lane=lane)
         messages.append(str(raised.value))
     assert messages[0] == messages[1] and "public.items.id" in messages[0]
+
+
+def test_corrupt_insert_frames_end_as_they_do_without_the_lane(tmp_path: pathlib.Path) -> None:
+    """Bytes flipped, cut or added in a lane row: the lane hands the frame to the stages, so the same
+    records come out and the same located error (or none, when the bytes still make a row) ends
+    the run."""
+    rng = random.Random(18)
+    f = _Frames()
+    good = _tx(f, 1000, ITEMS, *[_insert(ITEMS, b"%d" % i, b"n%d" % i, b"1.25", None, b"t") for i in range(3)])
+    errors = 0
+    for case in range(150):
+        frames = list(good)
+        at = rng.randrange(2, 5)  # one of the inserts
+        frame = bytearray(frames[at])
+        kind = rng.random()
+        if kind < 0.25:
+            del frame[rng.randrange(26, len(frame)):]
+        elif kind < 0.5:
+            frame += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6)))  # trailing bytes
+        else:
+            for _ in range(rng.randrange(1, 4)):
+                frame[rng.randrange(26, len(frame))] = rng.randrange(256)
+        frames[at] = bytes(frame)
+        lane = _run([frames], tmp_path / f"l{case}", lane=True, keep_error=True)
+        stages = _run([frames], tmp_path / f"s{case}", lane=False, keep_error=True)
+        assert (lane.records, lane.error) == (stages.records, stages.error), case
+        errors += bool(stages.error)
+    assert errors > 50  # most corruptions are caught, and named the same way
 
 
 def test_a_record_kafka_refuses_is_described_by_its_table_key_and_position(tmp_path: pathlib.Path) -> None:
