@@ -16,9 +16,9 @@ they would do for such a row, with the stages' own objects, and nothing else:
   filter drops is left to it), the dispatcher's open transaction needs nothing but encoding
   (``lane_transaction``: no outbox or skipped inserts, no exactly-once transaction being skipped
   or resumed; a huge one is split as ``_row`` splits it), the table's plan needs
-  only the kernel (``lane_plan``: no column policy, no TOAST cache). ``ready`` asks them after every
-  frame the stages handle, since only such a frame (BEGIN, COMMIT, Relation, Origin…) or a
-  housekeeping pass can change their answer;
+  only the kernel (``lane_plan``: no column policy, no TOAST cache). ``ready`` asks them again
+  after every frame the stages handle that is not a row change (BEGIN, COMMIT, Relation,
+  Origin…) and after every batch, since only those can change their answer;
 * a row it cannot finish (malformed bytes, a value the kernel leaves to Python, a key column
   missing, an incremental-snapshot window on the table) changes nothing and goes the normal way,
   which names the fault or takes the Python path, so errors and special values have one owner;
