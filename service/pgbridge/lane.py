@@ -103,7 +103,8 @@ class InsertLane:
         return cls(assembler=assembler, dispatcher=dispatcher, idle=idle)
 
     def ready(self) -> bool:
-        """Whether inserts may take the lane now; asked after every frame the stages handled."""
+        """Whether inserts may take the lane now; asked again after every frame the stages handled
+        that is not a row change, and after every batch."""
         tx = self._dispatcher.lane_transaction() if self._assembler.in_plain_transaction() else None
         self._tx = tx
         if tx is not None:  # the transaction's context bytes (cached by the encoder) change with its origin
