@@ -114,14 +114,12 @@ class InsertLane:
     def insert(self, frame: bytes) -> Lsn:
         """Publish the Insert in XLogData ``frame``; its WAL end, or 0 when the stages must take it.
 
-        The caller has checked ``ready()`` and that the frame's message tag is ``'I'``.
+        The caller has checked ``ready()``, that the frame is longer than ``INSERT_MIN_BYTES`` and
+        that its message tag is ``'I'``.
         """
         tx = self._tx
         assert tx is not None
-        try:
-            wal_start, wal_end, rel_id, marker, count = _unpack_head(frame, 0)
-        except struct.error:
-            return INVALID_LSN
+        wal_start, wal_end, rel_id, marker, count = _unpack_head(frame, 0)
         if marker != _NEW:
             return INVALID_LSN
         if self._relations.version != self._version:
@@ -141,10 +139,7 @@ class InsertLane:
         row = new_instance(TupleData)
         _set_kinds(row, parsed[0])
         _set_values(row, parsed[1])
-        table = entry.table
-        tally = tx.tables.get(table)
-        if tally is None:
-            tally = tx.tally(table)
+        tally = tx.tally(entry.table)
         total = tx.total_order + 1
         order = tally.order + 1
         records = entry.plan.native_insert(row, wal_start, self._context, total, order)
@@ -155,9 +150,7 @@ class InsertLane:
         tally.order = order
         self._row = (entry.relation, row, wal_start)
         self._publisher.produce(entry.plan.topic, key, value, tx.callback, tx.unit, self._idle, self._origin_of)
-        tally.nbytes += len(value) if key is None else len(key) + len(value)  # as _TableTally.add, inline
-        ops = tally.ops
-        ops["c"] = ops.get("c", 0) + 1
+        tally.add("c", len(value) if key is None else len(key) + len(value))
         if self._exactly_once:
             self._dispatcher.split_if_due(tx)
         return wal_end
