@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from pgbridge import lane as lane_module
 from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
@@ -37,8 +38,8 @@ from pgbridge.decode.messages import (
     Update,
 )
 from pgbridge.decode.pgoutput import PgoutputDecoder
+from pgbridge.encode import plan as plan_module
 from pgbridge.encode.envelope import ChangeEncoder
-from pgbridge.encode.plan import kernel_built
 from pgbridge.encode.types import EncodeError
 from pgbridge.encode.wire import SingleObjectRegistrar
 from pgbridge.lane import InsertLane
@@ -50,10 +51,18 @@ from pgbridge.publish.oversize import RecordOrigin
 from pgbridge.publish.transactions import Position
 from pgbridge.source.selection import TableSelection
 from tests.support.batches import BatchStream
+from tests.support.kernels import compiled
 from tests.support.pgoutput_builder import encode_message
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
-pytestmark = pytest.mark.skipif(not kernel_built(), reason="the lane needs the compiled kernels (make test builds them)")
+
+@pytest.fixture(autouse=True)
+def _kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lane exists only with both kernels: imported directly, whatever ``PGBRIDGE_PURE_PYTHON``
+    says, and a failure naming the fix when they are not built (as every kernel test,
+    tests/support/kernels.py)."""
+    monkeypatch.setattr(lane_module, "_decode_kernel", compiled("pgbridge.decode._native"))
+    monkeypatch.setattr(plan_module, "_native", compiled("pgbridge.encode._native"))
 
 INT8, TEXT, NUMERIC, TIMESTAMPTZ, BOOL = 20, 25, 1700, 1184, 16
 ITEMS = relation(("id", INT8, -1, True), ("name", TEXT), ("price", NUMERIC, (10 << 16 | 2) + 4),
