@@ -93,7 +93,9 @@ def kafka_broker() -> Iterator[Broker]:
 @pytest.fixture(scope="session")
 def apache_kafka(request: pytest.FixtureRequest) -> Iterator[Broker]:
     """Apache Kafka whatever the suite's broker: the suite's own when it is Apache Kafka, else one
-    started for the tests whose point is a real broker's behaviour (its message size limits)."""
+    started for the tests whose point is a real broker's behaviour: its message size limits, and
+    the Spark jobs (Spark's kafka source reads up to the high watermark, which Tansu reports below
+    the real end after batched writes, so the last records would wait)."""
     if broker_kind() != "tansu":
         yield request.getfixturevalue("kafka_broker")
         return

@@ -18,8 +18,6 @@ from collections.abc import Iterator
 import pytest
 from jvm.fetch import fetch
 
-from tests.support.broker import Broker, broker_kind, start_apache_kafka
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: runs a Spark job on local[2] (needs Java 17 and pgbridge[spark])")
@@ -28,21 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def spark_jars() -> str:
     """``spark.jars``: the spark-sql-kafka and spark-avro jars (and what they need beyond pyspark's)."""
     return ",".join(str(jar) for jar in sorted(fetch("spark").glob("*.jar")))
-
-
-@pytest.fixture(scope="session")
-def kafka_broker(kafka_broker: Broker) -> Iterator[Broker]:
-    """The suite's broker, but Apache Kafka even when the suite runs on Tansu
-    (``PGBRIDGE_TEST_BROKER=tansu``): Spark's kafka source reads up to the high watermark, which
-    Tansu reports below the real end after batched writes, so the last records would wait."""
-    if broker_kind() != "tansu":
-        yield kafka_broker
-        return
-    cluster = start_apache_kafka()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture(scope="session")

@@ -123,14 +123,14 @@ def assert_changelog(output: Path, table: str, columns: tuple[str, ...], expecte
 
 
 def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_batch(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given: the tables, the bridge, a changelog job reading a few records per micro-batch
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "changelog", tmp_path / "checkpoint"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(checkpoint), mode="changelog",
                           # the Python decoder end to end (the other Spark tests run the default, jvm)
                           decoder="python", max_offsets_per_trigger=8, trigger_seconds=0.5)
@@ -166,7 +166,7 @@ def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_ba
         planned = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
         for name in (str(last), f".{last}.crc"):
             (checkpoint / "commits" / name).unlink(missing_ok=True)
-        assert republish(kafka_broker.bootstrap, f"{topic_prefix}.public.accounts", 0) > 0
+        assert republish(apache_kafka.bootstrap, f"{topic_prefix}.public.accounts", 0) > 0
         restarted = len(batches)
         run_available_now(MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id)))
         # then: the replay ran and wrote nothing twice; the whole changelog is the workload's

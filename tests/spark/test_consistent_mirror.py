@@ -58,17 +58,17 @@ def mirrored_total(output: Path) -> tuple[Decimal, int]:
     return total, rows
 
 
-def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, kafka_broker: Broker,
+def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apache_kafka: Broker,
                                                    topic_prefix: str, tmp_path: Path) -> None:
     # given
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE checking (id int PRIMARY KEY, amount numeric(14,2) NOT NULL)")
         conn.execute("CREATE TABLE savings (id int PRIMARY KEY, amount numeric(14,2) NOT NULL)")
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.checking,public.savings",
                             "PGBRIDGE_SNAPSHOT__MODE": "never"})
     output = tmp_path / "mirror"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(tmp_path / "checkpoint"), consistent=True,
                           max_offsets_per_trigger=37, trigger_seconds=0.5)
     observed: list[tuple[int, int | None, Decimal, int]] = []

@@ -29,16 +29,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration,
 
 
 def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     require_transactions()
     # given
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES), "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true",
                             "PGBRIDGE_HA__LEADER_ELECTION": "false"})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(checkpoint), max_offsets_per_trigger=4000,
                           exactly_once=True)
     bridge = BridgeProcess(env).start()

@@ -92,17 +92,17 @@ def run_available_now(job: MirrorJob) -> None:
 
 
 def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given: tables with rows before the bridge starts (snapshot), the bridge, a mirror job
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
         setting = conn.execute("SHOW max_prepared_transactions").fetchone()
         assert setting is not None
         two_phase = setting[0] != "0"
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(checkpoint), max_offsets_per_trigger=4000)
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
@@ -137,8 +137,8 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
         for name in (str(last), f".{last}.crc"):
             (checkpoint / "commits" / name).unlink(missing_ok=True)
         # ... and pgbridge re-publishes records, as after a crash
-        assert republish(kafka_broker.bootstrap, f"{topic_prefix}.public.customers", 2) > 0
-        assert republish(kafka_broker.bootstrap, f"{topic_prefix}.public.scratch", 0) > 0
+        assert republish(apache_kafka.bootstrap, f"{topic_prefix}.public.customers", 2) > 0
+        assert republish(apache_kafka.bootstrap, f"{topic_prefix}.public.scratch", 0) > 0
         run_available_now(job)
         # then
         for table in TABLES:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration,
               pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
 
 
-def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, kafka_broker: Broker,
+def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, apache_kafka: Broker,
                                                      topic_prefix: str, tmp_path: Path) -> None:
     # given
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -32,7 +32,7 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
     output = tmp_path / "mirror"
     with start_registry() as registry:
         registry.set_compatibility("BACKWARD")
-        env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+        env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                          extra={"PGBRIDGE_POSTGRES__TABLES": "public.items,public.log",
                                 "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url})
         with BridgeProcess(env).start() as bridge:
@@ -49,7 +49,7 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
                 conn.execute("ALTER TABLE items ADD COLUMN extra numeric(6,2)")
                 conn.execute("UPDATE items SET extra = 1.25 WHERE id < 10")
             wait_published(pg_dsn, topic_prefix)
-            config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+            config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                                   checkpoint=str(tmp_path / "checkpoint"), consistent=True,
                                   schema_registry_url=registry.url, max_offsets_per_trigger=2000)
             job = MirrorJob(spark, config)
@@ -58,7 +58,7 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ka
             assert query.exception() is None, query.exception()
             assert bridge.terminate() == 0, bridge.log()
     # then
-    assert f"{topic_prefix}._schemas" not in list_topics(kafka_broker.bootstrap)
+    assert f"{topic_prefix}._schemas" not in list_topics(apache_kafka.bootstrap)
     assert_mirrored(pg_dsn, output, "public.items")
     assert_mirrored(pg_dsn, output, "public.log")
     assert job.decoder_counts["jvm"] > 0 and job.decoder_counts["python"] == 0, job.decoder_counts

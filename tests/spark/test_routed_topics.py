@@ -35,15 +35,15 @@ ROUTES = json.dumps([{"match": r"public\.shard_\d", "topic": "sales.orders"},
 
 
 def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given: the bridge with two tables routed onto one topic and one onto a topic of its own
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.shard_1,public.shard_2,public.solo",
                             "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_KAFKA__TOPIC_ROUTES": ROUTES})
     output = tmp_path / "mirror"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(tmp_path / "checkpoint"), consistent=True)
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
@@ -77,15 +77,15 @@ def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
 
 
 def test_the_consistent_mirror_completes_transactions_with_skipped_operations(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given: updates are not published
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.solo", "PGBRIDGE_SNAPSHOT__MODE": "never",
                             "PGBRIDGE_KAFKA__SKIPPED_OPERATIONS": "u"})
     output = tmp_path / "mirror"
-    config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix, output=str(output),
+    config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(tmp_path / "checkpoint"), consistent=True)
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,

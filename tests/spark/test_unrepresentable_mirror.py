@@ -101,11 +101,11 @@ def assert_mirror(output: Path, doc: str, big_array: str) -> None:
 
 
 def test_unrepresentable_values_reach_the_changelog_and_the_mirror(
-        spark: Any, pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.spans,public.log", "PGBRIDGE_SNAPSHOT__MODE": "never"})
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
@@ -113,7 +113,7 @@ def test_unrepresentable_values_reach_the_changelog_and_the_mirror(
         jobs = {}
         for name, mode, decoder in (("jvm", "mirror", "jvm"), ("python", "mirror", "python"),
                                     ("changelog", "changelog", "jvm")):
-            config = MirrorConfig(bootstrap_servers=kafka_broker.bootstrap, prefix=topic_prefix,
+            config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix,
                                   output=str(tmp_path / name), checkpoint=str(tmp_path / f"{name}-checkpoint"),
                                   mode=mode, decoder=decoder)
             jobs[name] = MirrorJob(spark, config)
