@@ -3,6 +3,13 @@
 Servers are session-scoped (starting them is the slow part); each test gets its own database and
 topic prefix. Tests needing special server settings, or a broker of their own to break, use
 ``pg_cluster_factory`` and ``fresh_broker``.
+
+Postgres versions: a test runs on Postgres 18 (``DEFAULT_PG_VERSION``), where every guarantee is
+tested. A test of behaviour that differs by version (protocol versions, streaming, two-phase,
+origins, decoding on a standby, the documented grants, slot invalidation) is marked
+``@pytest.mark.each_pg_version`` and runs on every supported version (15 and 18): its
+``pg_cluster`` and its ``pg_version`` argument (for ``pg_cluster_factory``) take each in turn.
+Test ids keep the ``[pg18]`` / ``[pg15]`` suffix either way.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from typing import Final
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -23,6 +31,7 @@ from tests.support.broker import (
     start_tansu,
 )
 from tests.support.postgres import (
+    SUPPORTED_VERSIONS,
     PgCluster,
     PgClusterFactory,
     create_database,
@@ -38,10 +47,40 @@ settings.register_profile("pgbridge", deadline=None,
 settings.load_profile("pgbridge")
 
 
-@pytest.fixture(scope="session", params=[15, 18], ids=["pg15", "pg18"])
+DEFAULT_PG_VERSION: Final = max(SUPPORTED_VERSIONS)
+VERSIONED: Final = ("pg_cluster", "pg_version")
+
+
+def _parametrized_by_the_test(metafunc: pytest.Metafunc) -> set[str]:
+    """Argument names a test parametrizes itself (``@pytest.mark.parametrize``): left alone."""
+    names: set[str] = set()
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        argnames = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(str(name).strip() for name in argnames)
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Give ``pg_cluster`` and a ``pg_version`` argument Postgres 18, or every supported version for
+    a test marked ``each_pg_version``. Session-scoped, so pytest groups the tests by version and each
+    version's shared cluster starts once."""
+    names = [n for n in VERSIONED if n in metafunc.fixturenames and n not in _parametrized_by_the_test(metafunc)]
+    if not names:
+        return
+    each = metafunc.definition.get_closest_marker("each_pg_version") is not None
+    versions = SUPPORTED_VERSIONS if each else (DEFAULT_PG_VERSION,)
+    metafunc.parametrize(names, [tuple(version for _ in names) for version in versions],
+                         indirect=[n for n in names if n == "pg_cluster"], ids=[f"pg{v}" for v in versions],
+                         scope="session")
+
+
+@pytest.fixture(scope="session")
 def pg_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
-    """A running cluster per Postgres major version, shared by the session (wal_level=logical)."""
-    cluster = start_cluster(request.param)
+    """A running cluster of the test's Postgres version (``pytest_generate_tests``: 18, or each
+    supported version for ``each_pg_version``), shared by the session (wal_level=logical)."""
+    cluster = start_cluster(getattr(request, "param", DEFAULT_PG_VERSION))
     try:
         yield cluster
     finally:

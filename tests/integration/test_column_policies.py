@@ -1,5 +1,5 @@
 """Column policies end to end (docs/columns.md): ``columns.exclude``, ``mask``, ``truncate`` and
-``hash`` through real Postgres (15 and 18) and Apache Kafka, in the initial snapshot and in
+``hash`` through real Postgres and Apache Kafka, in the initial snapshot and in
 streamed inserts, updates and deletes, decoded with the writer schemas from ``{prefix}._schemas``;
 and the configurations ``run`` and ``pgbridge check`` refuse."""
 

@@ -15,7 +15,6 @@ from confluent_kafka import KafkaError, Message, Producer
 from tests.support.broker import Broker, TansuBroker, broker_kind
 from tests.support.kafka import create_topic, list_topics, read_topic, read_topics
 from tests.support.postgres import (
-    SUPPORTED_VERSIONS,
     PgCluster,
     PgClusterFactory,
     create_database,
@@ -26,9 +25,10 @@ from tests.support.postgres import (
 )
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+# The harness is what the other tests assume of a cluster of each supported version: every test here
+# runs on 15 and 18.
+pytestmark = [pytest.mark.integration, pytest.mark.each_pg_version]
 
-versions = pytest.mark.parametrize("version", SUPPORTED_VERSIONS, ids=[f"pg{v}" for v in SUPPORTED_VERSIONS])
 
 
 def _produce(bootstrap: str, topic: str, items: list[tuple[bytes, bytes]]) -> None:
@@ -205,23 +205,21 @@ def test_tansu_broker_restarts_empty_on_the_same_port(tansu_broker: TansuBroker,
     assert not tansu_broker.running
 
 
-@versions
-def test_cluster_factory_applies_custom_settings(pg_cluster_factory: PgClusterFactory, version: int) -> None:
-    cluster = pg_cluster_factory(version, {"logical_decoding_work_mem": "64kB"})
-    replica = pg_cluster_factory(version, {"wal_level": "replica"})
+def test_cluster_factory_applies_custom_settings(pg_cluster_factory: PgClusterFactory, pg_version: int) -> None:
+    cluster = pg_cluster_factory(pg_version, {"logical_decoding_work_mem": "64kB"})
+    replica = pg_cluster_factory(pg_version, {"wal_level": "replica"})
 
-    assert cluster.version == version
+    assert cluster.version == pg_version
     assert cluster.execute("SHOW logical_decoding_work_mem") == [("64kB",)]
     assert cluster.execute("SHOW wal_level") == [("logical",)]
     assert replica.execute("SHOW wal_level") == [("replica",)]
     assert replica.port != cluster.port
 
 
-@versions
-def test_killed_cluster_recovers_committed_rows(pg_cluster_factory: PgClusterFactory, version: int) -> None:
+def test_killed_cluster_recovers_committed_rows(pg_cluster_factory: PgClusterFactory, pg_version: int) -> None:
     # given a committed row whose commit waited for its WAL to be written (the default
     # synchronous_commit=off would lose the last few hundred ms of commits in a crash)
-    cluster = pg_cluster_factory(version)
+    cluster = pg_cluster_factory(pg_version)
     cluster.execute("CREATE TABLE kept (id int)")
     cluster.execute("BEGIN; SET LOCAL synchronous_commit = on; INSERT INTO kept VALUES (42); COMMIT")
     port = cluster.port

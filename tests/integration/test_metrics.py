@@ -1,4 +1,4 @@
-"""Every metric of the contract moves as it should, through the real bridge, on PG 15 and 18."""
+"""Every metric of the contract moves as it should, through the real bridge."""
 
 from __future__ import annotations
 

@@ -52,11 +52,10 @@ def _outage(cluster: PgCluster, bridge: BridgeProcess, mode: str) -> str:
     return f"{mode}: 503 after {down:.1f}s, 200 {up:.1f}s after start"
 
 
-@pytest.mark.parametrize("version", [15, 18])
-def test_postgres_restarts_lose_nothing(version: int, pg_cluster_factory: PgClusterFactory,
+def test_postgres_restarts_lose_nothing(pg_version: int, pg_cluster_factory: PgClusterFactory,
                                         kafka_broker: Broker, topic_prefix: str) -> None:
     # given: a cluster of the test's own, a filled table, a streaming bridge and a running workload
-    cluster = pg_cluster_factory(version)
+    cluster = pg_cluster_factory(pg_version)
     create_database(cluster, "app")
     dsn = cluster.dsn("app")
     create_filled_table(dsn, TABLE, ROWS)
@@ -92,5 +91,5 @@ def test_postgres_restarts_lose_nothing(version: int, pg_cluster_factory: PgClus
         assert not diff_states(got, want), diff_states(got, want)
         assert metric(scrape(port), "pgbridge_reconnects_total", target="postgres") >= 3
         assert bridge.terminate() == 0, bridge.log()
-    print(f"PG{version}: {writer.committed} transactions ({writer.failures} writer reconnects); "
+    print(f"PG{pg_version}: {writer.committed} transactions ({writer.failures} writer reconnects); "
           + "; ".join(notes))

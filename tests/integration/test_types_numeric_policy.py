@@ -1,5 +1,5 @@
 """``types.unconstrained_numeric: decimal`` end to end: exact decimals, the envelope's ``unrepresentable``
-map for the rest, or a stop that confirms nothing past the value that did not fit (PG 15 and 18)."""
+map for the rest, or a stop that confirms nothing past the value that did not fit."""
 
 from __future__ import annotations
 

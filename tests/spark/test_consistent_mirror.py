@@ -23,8 +23,7 @@ from tests.support.broker import Broker
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration,
-              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 ACCOUNTS = 20
 TOTAL = Decimal("20000.00")

@@ -24,8 +24,7 @@ from tests.support.broker import Broker, require_transactions
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration,
-              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(

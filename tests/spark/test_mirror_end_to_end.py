@@ -26,8 +26,7 @@ from tests.support.kafka import read_topic
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration,
-              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 TABLES = ("public.customers", "public.orders", "public.audit", "public.scratch")
 SCHEMA = """

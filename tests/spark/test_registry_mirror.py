@@ -18,8 +18,7 @@ from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.registry import start_registry
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration,
-              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, apache_kafka: Broker,

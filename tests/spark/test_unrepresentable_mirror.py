@@ -31,8 +31,7 @@ from tests.support.broker import Broker
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration,
-              pytest.mark.parametrize("pg_cluster", [18], indirect=True, ids=["pg18"])]
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 SCHEMA = """
 CREATE TABLE spans (id int PRIMARY KEY, d date, ts timestamptz, n numeric(10,2), a int[], note text, doc text);

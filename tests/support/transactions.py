@@ -14,7 +14,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from tests.support.kafka import list_topics
 from tests.support.postgres import (
-    SUPPORTED_VERSIONS,
     PgCluster,
     create_database,
     drop_database,
@@ -28,10 +27,11 @@ from tests.support.waiting import wait_until
 SMALL_WORK_MEM = {"logical_decoding_work_mem": "64kB"}
 
 
-@pytest.fixture(scope="module", params=SUPPORTED_VERSIONS, ids=[f"pg{v}" for v in SUPPORTED_VERSIONS])
-def streaming_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
-    """A cluster per supported version with ``logical_decoding_work_mem=64kB``, shared by a module."""
-    cluster = start_cluster(request.param, settings=SMALL_WORK_MEM)
+@pytest.fixture(scope="module")
+def streaming_cluster(pg_version: int) -> Iterator[PgCluster]:
+    """A cluster of the test's Postgres version (tests/conftest.py: 18, or each supported one for a
+    test marked ``each_pg_version``) with ``logical_decoding_work_mem=64kB``, shared by a module."""
+    cluster = start_cluster(pg_version, settings=SMALL_WORK_MEM)
     try:
         yield cluster
     finally:
