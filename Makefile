@@ -1,11 +1,12 @@
 # Two commands for a newcomer: `make demo` runs the bridge on the embedded default,
-# `make test` installs everything and runs the whole suite (what CI runs).
+# `make test` installs everything (the system packages too, `make deps`) and runs the whole suite:
+# it is all CI runs (.ci/run).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint unit integration bench constraints dist clean
+.PHONY: install deps demo test lint unit integration bench constraints dist clean
 
 # setup.py and the Cython kernels too: the editable install builds the kernels in place.
 # constraints.txt pins every package to the version the suite was run with, and the image installs
@@ -19,6 +20,11 @@ $(STAMP): pyproject.toml setup.py constraints.txt $(wildcard service/pgbridge/*/
 
 install: $(STAMP)
 
+# What the suite needs from the machine (Postgres 15, Maven and a JDK, Prometheus), installed with
+# apt-get where missing, and the JVM servers fetched by Maven once: tests/deps.sh.
+deps:
+	PYTHON=$(PYTHON) tests/deps.sh
+
 demo: install
 	$(VENV)/bin/pgbridge demo
 
@@ -26,13 +32,13 @@ lint: install
 	$(VENV)/bin/ruff check service tests bench spark jvm setup.py
 	$(VENV)/bin/mypy
 
-test: lint
+test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 unit: install
 	$(PY) -m pytest -q tests/unit
 
-integration: install
+integration: deps install
 	$(PY) -m pytest -q -m integration
 
 bench: install

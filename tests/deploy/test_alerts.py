@@ -8,7 +8,7 @@
   heading of docs/operations.md;
 - the chart's PrometheusRule renders exactly the groups of alerts.yml.
 
-promtool is Debian's ``prometheus`` package (.ci/run installs it); missing, the tests fail.
+promtool is Debian's ``prometheus`` package (`make test` installs it: tests/deps.sh); missing, the tests fail.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
         pytest.fail("promtool is not installed: it comes with Debian's `prometheus` package "
-                    "(apt-get install prometheus; .ci/run installs it when missing)")
+                    "(apt-get install prometheus; make deps installs it when missing)")
     return found
 
 

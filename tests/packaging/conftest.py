@@ -1,4 +1,5 @@
-"""The distribution built once per session, as a release would build it (``python -m build``)."""
+"""The distribution built once per session, as a release would build it (``python -m build``), and
+a way for these minute-long steps to show their progress in ``make test`` as the other tests do."""
 
 from __future__ import annotations
 
@@ -6,11 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.distribution import Dist, build, source_copy
+from tests.support.distribution import Dist, Echo, build, source_copy
 
 
 @pytest.fixture(scope="session")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+def live(pytestconfig: pytest.Config) -> Echo:
+    """Write a line to the terminal now, past pytest's output capture (as its live logging does)."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    terminal = pytestconfig.pluginmanager.getplugin("terminalreporter")
+
+    def echo(text: str) -> None:
+        if capture is None or terminal is None:
+            return
+        with capture.global_and_fixture_disabled():
+            terminal.write(text, flush=True)
+
+    return echo
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory, live: Echo) -> Dist:
     """sdist + wheel (the wheel built from the sdist) of a clean copy of the checkout."""
     root: Path = tmp_path_factory.mktemp("dist")
-    return build(source_copy(root / "src"), root / "out")
+    return build(source_copy(root / "src"), root / "out", echo=live)

@@ -153,6 +153,17 @@ def test_make_install_ci_and_the_image_install_the_constraints() -> None:
     assert "!constraints.txt" in (REPO_ROOT / ".dockerignore").read_text(encoding="utf-8").split()
 
 
+def test_ci_runs_what_a_newcomer_runs_make_test_and_nothing_else() -> None:
+    # make test installs what it needs itself (tests/deps.sh), so a fresh clone passes as CI does;
+    # CI may only install make, which make cannot do.
+    lines = [line.strip() for line in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    commands = [line for line in lines if line and not line.startswith("#")
+                and not line.startswith(("set ", "cd ", "export ", "if ", "fi"))]
+    assert commands == ["apt-get update -q && apt-get install -y -q make", "make test"], commands
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^test: deps\b", makefile, re.MULTILINE), "make test does not install the system packages"
+
+
 def test_release_wheels_are_built_for_linux_x86_64_and_aarch64() -> None:
     wheels = pyproject()["tool"]["cibuildwheel"]
     assert set(wheels["linux"]["archs"]) == {"x86_64", "aarch64"}

@@ -15,6 +15,7 @@ from packaging.version import Version
 from tests.support.distribution import (
     REPO_ROOT,
     Dist,
+    Echo,
     clean_env,
     dependency_group,
     fresh_venv,
@@ -26,15 +27,17 @@ from tests.support.distribution import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
-def test_the_unit_suite_passes_on_the_declared_minimum_versions(dist: Dist, tmp_path: Path) -> None:
+def test_the_unit_suite_passes_on_the_declared_minimum_versions(dist: Dist, tmp_path: Path, live: Echo) -> None:
     constraints = tmp_path / "minimum.txt"
     constraints.write_text(minimum_constraints(), encoding="utf-8")
+    live("\nminimum versions: a virtualenv with the wheel and every runtime dependency at its floor\n")
     venv = fresh_venv(tmp_path / "venv")
     installed = venv.pip("install", "-c", str(constraints), str(dist.wheel), *dependency_group("test"))
     # An extra the floor release does not have installs nothing, with only this warning.
     assert "does not provide the extra" not in installed.stdout + installed.stderr
     installed_versions = {name: Version(venv.version_of(name)) for name in minimum_versions()}
     assert installed_versions == {name: Version(v) for name, v in minimum_versions().items()}
+    live("minimum versions: the unit suite there\n")
     suite = run([str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
-                cwd=REPO_ROOT, env=clean_env(), timeout=1200)
+                cwd=REPO_ROOT, env=clean_env(), timeout=1200, echo=live)
     assert " passed" in suite.stdout

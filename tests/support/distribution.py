@@ -11,7 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,14 +79,50 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+Echo = Callable[[str], None]
+
+
 def run(command: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run ``command``; on failure the assertion carries its whole output."""
-    done = subprocess.run(command, cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+        timeout: float = STEP_TIMEOUT_S, echo: Echo | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``command``; on failure the assertion carries its whole output.
+
+    With ``echo`` its output (stderr merged into stdout) is also handed on line by line as it comes,
+    so a step of minutes (the unit suite in another virtualenv) shows its progress in ``make test``.
+    """
+    if echo is None:
+        done = subprocess.run(command, cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    else:
+        done = _run_echoing(command, cwd=cwd, env=env or clean_env(), timeout=timeout, echo=echo)
     assert done.returncode == 0, (f"{' '.join(command)} exited {done.returncode}\n"
                                   f"--- stdout\n{done.stdout[-8000:]}\n--- stderr\n{done.stderr[-8000:]}")
     return done
+
+
+def _run_echoing(command: list[str], *, cwd: Path | None, env: dict[str, str], timeout: float,
+                 echo: Echo) -> subprocess.CompletedProcess[str]:
+    """``run`` passing each output line to ``echo``; killed after ``timeout`` like ``subprocess.run``."""
+    lines: list[str] = []
+    timed_out = threading.Event()
+    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as child:
+
+        def kill() -> None:
+            timed_out.set()
+            child.kill()
+
+        killer = threading.Timer(timeout, kill)
+        killer.start()
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:
+                lines.append(line)
+                echo(line)
+            returncode = child.wait()
+        finally:
+            killer.cancel()
+    assert not timed_out.is_set(), f"{' '.join(command)} timed out after {timeout:g}s:\n{''.join(lines)[-8000:]}"
+    return subprocess.CompletedProcess(command, returncode, "".join(lines), "")
 
 
 @dataclass(frozen=True)
@@ -93,8 +131,10 @@ class Dist:
     wheel: Path
 
 
-def build(source: Path, out: Path) -> Dist:
+def build(source: Path, out: Path, echo: Echo | None = None) -> Dist:
     """``python -m build``: the sdist, then a wheel built *from that sdist* (build's default)."""
+    if echo is not None:
+        echo("packaging: python -m build: the sdist, then the wheel from it (kernels compiled)\n")
     run([sys.executable, "-m", "build", "--outdir", str(out), str(source)], cwd=source)
     sdists, wheels = sorted(out.glob("pgbridge-*.tar.gz")), sorted(out.glob("pgbridge-*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1, sorted(p.name for p in out.iterdir())
