@@ -22,6 +22,7 @@ from typing import Final
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support.bridge import kill_leftovers
 from tests.support.broker import (
     Broker,
     TansuBroker,
@@ -45,6 +46,15 @@ from tests.support.registry import SchemaRegistry, start_registry
 settings.register_profile("pgbridge", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("pgbridge")
+
+
+@pytest.fixture(autouse=True)
+def _no_bridge_outlives_its_test() -> Iterator[None]:
+    """Kill every ``BridgeProcess`` a test left running (it failed before its ``with`` ended or its
+    ``kill``): the child stops holding its slot and ports, and the open ``Popen`` never turns into a
+    ResourceWarning that ``filterwarnings = error`` would pin on a later, unrelated test."""
+    yield
+    kill_leftovers()
 
 
 DEFAULT_PG_VERSION: Final = max(SUPPORTED_VERSIONS)

@@ -189,11 +189,11 @@ def test_slot_drop_waits_for_a_slot_in_use_and_gives_up_after_its_timeout(
         assert "after waiting 2s" in busy.stderr
         assert time.monotonic() - started < 30
         # A drop started while pgbridge stops waits for the slot to be released, then drops it.
-        waiting = subprocess.Popen([sys.executable, "-m", "pgbridge", "slot", "drop", "--yes", "--timeout", "60"],
-                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-        assert bridge.terminate() == 0
-        out, err = waiting.communicate(timeout=90)
+        with subprocess.Popen([sys.executable, "-m", "pgbridge", "slot", "drop", "--yes", "--timeout", "60"],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as waiting:
+            assert bridge.terminate() == 0
+            out, err = waiting.communicate(timeout=90)
         assert waiting.returncode == 0, err
         assert f"slot {topic_prefix} dropped" in out
         assert _slot(pg_dsn, topic_prefix) is None

@@ -1,7 +1,7 @@
 """A real Prometheus scrapes a real bridge and evaluates the dashboard's and the alerts' queries.
 
 The deploy tests check the PromQL lexically and the rules with promtool's synthetic series; here
-Debian's Prometheus 2.42 (``/usr/bin/prometheus``, .ci/run installs it) scrapes a running pgbridge
+Debian's Prometheus 2.42 (``/usr/bin/prometheus``, `make deps` installs it) scrapes a running pgbridge
 (real Postgres, real broker) every second with deploy/prometheus/alerts.yml loaded, and:
 
 - the target is up and every alerting rule evaluates without error (``/api/v1/rules`` health);
@@ -48,7 +48,7 @@ def _tool(name: str) -> str:
     found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").is_file() else None)
     if found is None:
         pytest.fail(f"{name} is not installed: it comes with Debian's `prometheus` package "
-                    "(apt-get install prometheus; .ci/run installs it when missing)")
+                    "(apt-get install prometheus; make deps installs it when missing)")
     return found
 
 
@@ -67,21 +67,25 @@ def _prometheus(tmp_path: Path, target: str) -> Iterator[str]:
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(_prometheus_config(target, ALERTS)), encoding="utf-8")
     port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [_tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: process.poll() is not None or status(port, "/-/ready") == 200, timeout=30,
-                   message="Prometheus never became ready")
-        assert process.poll() is None, (tmp_path / "prometheus.log").read_text(errors="replace")
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+    command = [_tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+               f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    # The log file is the child's; this process closes its copy at once, so a failure anywhere
+    # below leaves nothing open (an unclosed file would fail a later test as a ResourceWarning).
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    with process:
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until(lambda: process.poll() is not None or status(port, "/-/ready") == 200, timeout=30,
+                       message="Prometheus never became ready")
+            assert process.poll() is None, (tmp_path / "prometheus.log").read_text(errors="replace")
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def _api(url: str, path: str, **params: str) -> Any:

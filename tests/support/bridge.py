@@ -38,14 +38,33 @@ def bridge_env(
     return env
 
 
-@dataclass
+def _log_file() -> Path:
+    """A new empty log file (mkstemp's descriptor closed: the child gets its own)."""
+    descriptor, path = tempfile.mkstemp(prefix="pgbridge-", suffix=".log")
+    os.close(descriptor)
+    return Path(path)
+
+
+# Every bridge started and not yet reaped: tests/conftest.py kills what a test left running (one that
+# failed before its ``with`` or ``kill``), so no child outlives its test and no ResourceWarning of
+# a running Popen lands on a later, unrelated test.
+_running: set[BridgeProcess] = set()
+
+
+def kill_leftovers() -> list[str]:
+    """Kill and reap every bridge still running; the logs' names of those that were."""
+    left = [bridge for bridge in list(_running) if bridge.alive()]
+    for bridge in list(_running):
+        bridge.kill()
+    return [str(bridge.log_path) for bridge in left]
+
+
+@dataclass(eq=False)
 class BridgeProcess:
     """``python -m pgbridge run`` as a child process, with its stderr kept in a file."""
 
     env: dict[str, str]
-    log_path: Path = field(
-        default_factory=lambda: Path(tempfile.mkstemp(prefix="pgbridge-", suffix=".log")[1])
-    )
+    log_path: Path = field(default_factory=_log_file)
     process: subprocess.Popen[bytes] | None = None
     http_port: int | None = None
 
@@ -55,22 +74,25 @@ class BridgeProcess:
             self.http_port = free_port()
             env["PGBRIDGE_HTTP__PORT"] = str(self.http_port)
             env["PGBRIDGE_HTTP__HOST"] = "127.0.0.1"
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pgbridge", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pgbridge", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        _running.add(self)
         return self
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
+        _running.discard(self)
 
     def terminate(self, timeout: float = 60.0) -> int:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
+        code = self.process.wait(timeout)
+        _running.discard(self)
+        return code
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -143,6 +165,7 @@ __all__ = [
     "bridge_env",
     "change_events",
     "decode_records",
+    "kill_leftovers",
     "load_schemas",
     "read_events",
     "read_topics",
