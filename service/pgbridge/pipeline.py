@@ -43,6 +43,8 @@ from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
     BrokerUnavailable,
     FatalError,
+    PgbridgeError,
+    PublishError,
     RegistryUnavailable,
     SlotInUse,
     TransientError,
@@ -419,6 +421,25 @@ class Session:
         finally:
             self.close()
 
+    def stop_on_refused(self) -> None:
+        """Stop on a record Kafka refused for good (``PublishError``: too large with
+        ``kafka.oversize_policy=stop``, or not authorized). What was produced before it is still
+        owed, as on a graceful stop: flushed (within ``SHUTDOWN_FLUSH_S``) and, where Kafka
+        acknowledged a whole transaction, confirmed. The refused record's transaction and everything
+        after it are never confirmed: the tracker confirms only an acknowledged prefix, capped below
+        the oldest unfinished transaction. Then close; the caller re-raises the refusal."""
+        try:
+            remaining = self.publisher.flush(SHUTDOWN_FLUSH_S)
+            if self.stream is not None:
+                self.reporter.report(None, idle=False, unfinished_lsn=self.assembler.oldest_unfinished_lsn(),
+                                     reply_requested=False, now=time.monotonic())
+                log.info("confirmed before stopping on a refused record",
+                         extra={"lsn": format_lsn(self.reporter.final(self.stream)), "unacknowledged": remaining})
+        except (PgbridgeError, psycopg.Error) as exc:  # the refusal, not this, is what the operator must read
+            log.warning("could not confirm before stopping on a refused record", extra={"error": str(exc)})
+        finally:
+            self.close()
+
     def close(self) -> None:
         self.health.streaming = False
         self.health.stall = None
@@ -544,6 +565,9 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 metrics.reconnects.labels(target).inc()
                 log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
                 session.close()
+            except PublishError:
+                session.stop_on_refused()
+                raise
             except BaseException:
                 session.close()
                 raise
