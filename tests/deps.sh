@@ -3,7 +3,7 @@
 # it first, so a fresh clone needs nothing installed by hand):
 #   postgresql-15             Debian's Postgres 15, the suite's second version (18 comes from a wheel)
 #   maven, a JDK 17           Maven fetches the JVM servers the tests start (Apache Kafka, the Schema
-#                             Registry, Spark's connectors, Debezium); they run on the JDK
+#                             Registry, Spark's connectors, HDFS, Debezium); they run on the JDK
 #   prometheus                promtool (alert rule tests) and the server of the scrape test
 # Only what is missing is installed, with apt-get, as root; not root, it names the command to run
 # and stops. Then Maven fetches the JVM servers once into ~/.cache/pgbridge/jvm (jvm/fetch.py).

@@ -7,6 +7,10 @@ bridge's behaviour on 15 is covered by tests/integration.
 The session has Spark's own Kafka source (spark-sql-kafka-0-10) and spark-avro on its class path:
 ``jvm/fetch.py spark`` fetches their jars with Maven once (``jvm/spark/pom.xml``), so the jobs
 under test read with ``format("kafka")`` and decode with ``from_avro`` as they do in production.
+
+The cluster tests (``cluster`` marker) also get a Spark standalone cluster (a master and two workers,
+executors in their own JVMs: ``tests/support/spark_cluster.py``) and an HDFS (a NameNode and a
+DataNode: ``tests/support/hdfs.py``), each started once per session, only when such a test runs.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ from collections.abc import Iterator
 import pytest
 from jvm.fetch import fetch
 
+from tests.support.hdfs import Hdfs, start_hdfs
+from tests.support.spark_cluster import SparkCluster, start_spark_cluster
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: runs a Spark job on local[2] (needs Java 17 and pgbridge[spark])")
+    config.addinivalue_line("markers", "cluster: runs Spark jobs on a standalone cluster writing to HDFS")
 
 
 def spark_jars() -> str:
@@ -48,3 +56,24 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[SparkCluster]:
+    """A Spark standalone master and two workers shared by the session (jobs go through
+    ``spark_cluster.submit_command``)."""
+    cluster = start_spark_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def hdfs() -> Iterator[Hdfs]:
+    """A NameNode and a DataNode shared by the session; tests write under paths of their own."""
+    started = start_hdfs()
+    try:
+        yield started
+    finally:
+        started.close()
