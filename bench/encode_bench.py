@@ -30,6 +30,7 @@ def main() -> None:
     from pgbridge.decode.messages import Column, Relation, TupleData
     from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar
     from pgbridge.lsn import Lsn
+    from pgbridge.publish.routing import TopicRouter
 
     relation = Relation(None, 16384, "public", "orders", "d", (
         Column(True, "id", 20, -1), Column(False, "quantity", 23, -1), Column(False, "note", 25, -1),
@@ -39,7 +40,7 @@ def main() -> None:
     change = RowChange("c", relation, Lsn(0x16_B374_D848), None, None, row)
     ctx = EventContext(commit_lsn=0x16_B374_D900, xid=123456, ts_us=1_714_566_896_789_012, origin=None,
                        total_order=1, collection_order=1)
-    encoder = ChangeEncoder(topic_prefix="pgbridge", database="shop",
+    encoder = ChangeEncoder(topic_prefix="pgbridge", router=TopicRouter("pgbridge"), database="shop",
                             registrar=SingleObjectRegistrar(lambda _fp, _schema: None))
     encode_row = encoder.encode_row
     (record,) = encode_row(change, ctx)
@@ -76,7 +77,7 @@ def main() -> None:
             encode_row(binary_change, ctx)
 
     timed("ChangeEncoder.encode_row, binary row", encode_binary_rows)
-    native = ChangeEncoder(topic_prefix="pgbridge", database="shop",
+    native = ChangeEncoder(topic_prefix="pgbridge", router=TopicRouter("pgbridge"), database="shop",
                            registrar=SingleObjectRegistrar(lambda _fp, _schema: None), native=False).encode_row
 
     def encode_rows_python() -> None:

@@ -83,9 +83,8 @@ class InsertLane:
         self._relations = assembler.relations
         self._dispatcher = dispatcher
         self._encoder = dispatcher.encoder
-        self._publisher = dispatcher.publisher
         self._incremental = dispatcher.incremental
-        self._exactly_once = dispatcher.transactions is not None
+        self._exactly_once = dispatcher.exactly_once
         self._idle = idle
         self._tables: dict[int, _Table | None] = {}
         self._version = -1
@@ -149,8 +148,7 @@ class InsertLane:
         tx.total_order = total
         tally.order = order
         self._row = (entry.relation, row, wal_start)
-        self._publisher.produce(entry.plan.topic, key, value, tx.callback, tx.unit, self._idle, self._origin_of)
-        tally.add("c", len(value) if key is None else len(key) + len(value))
+        tally.add("c", self._dispatcher.lane_produce(tx, entry.plan.topic, key, value, self._origin_of))
         if self._exactly_once:
             self._dispatcher.split_if_due(tx)
         return wal_end
@@ -167,7 +165,6 @@ class InsertLane:
             return None  # encode_row raises it again, where every other row's error is raised
         if plan is None:
             return None
-        self._publisher.topics.ensure(plan.topic)
         return _Table(relation, plan)
 
     def _origin(self, topic: str) -> RecordOrigin:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -55,12 +56,12 @@ from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
 from pgbridge.periodic import AssemblerGauges, Job, KafkaProbe, between_transaction_jobs, streaming_jobs
+from pgbridge.publish.delivery import Deliveries
 from pgbridge.publish.dispatch import Dispatcher
-from pgbridge.publish.outbox import outbox_router
+from pgbridge.publish.outbox import OutboxRouter, outbox_router
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
-from pgbridge.publish.routing import TopicRouter
-from pgbridge.publish.snapshot_sink import SnapshotSink
+from pgbridge.publish.routing import PublishFilter, TopicRouter
 from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
@@ -75,6 +76,7 @@ from pgbridge.snapshot.modes import (
     prepare_topic,
 )
 from pgbridge.snapshot.progress import ProgressStore
+from pgbridge.snapshot.sink import SnapshotSink
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
@@ -230,12 +232,15 @@ class Session:
         snapshotter = self.incremental = IncrementalSnapshotter.of(
             self.settings, self.progress, self.metrics, dsn=conn.role.write_dsn(pg.dsn.get_secret_value()))
         snapshotter.load(records)
+        deliveries = Deliveries(self.publisher, self.tracker, self.metrics, completed=self.reporter.completed,
+                                idle=self._idle_tick)
+        outbox = outbox_router(conn.sql, self.settings.outbox, self.settings.kafka.topic_prefix)
         dispatcher = self.dispatcher = Dispatcher(
-            encoder=conn.encoder, publisher=self.publisher, tracker=self.tracker, metrics=self.metrics,
-            incremental=snapshotter, completed=self.reporter.completed, idle=self._idle_tick,
-            outbox=outbox_router(conn.sql, self.settings.outbox, self.settings.kafka.topic_prefix))
+            encoder=conn.encoder, deliveries=deliveries, filter=PublishFilter.of(self.settings.kafka),
+            incremental=snapshotter, outbox=outbox)
         self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher, idle=self._idle_tick)
-        self._prepare_slot(conn, dispatcher, records)
+        self._prepare_slot(conn, records, partial(_BeatingSnapshotSink, deliveries, conn.encoder, self.progress,
+                                                  outbox=outbox, health=self.health))
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
         # committed in Kafka already (the slot's confirmed LSN may lag it).
         dispatcher.position = self.publisher.start_transactions()
@@ -254,7 +259,8 @@ class Session:
                                        "proto_version": conn.proto, "server_version": conn.repl.server_version,
                                        "compiled_kernels": sorted(m for m, on in native.status().items() if on)})
 
-    def _prepare_slot(self, conn: Connections, dispatcher: Dispatcher, records: dict[str, dict[str, Any]]) -> None:
+    def _prepare_slot(self, conn: Connections, records: dict[str, dict[str, Any]],
+                      make_sink: Callable[[Lsn], SnapshotSink]) -> None:
         """An existing slot is checked (ours, not in use, not moved by someone else); a missing one is
         created as ``snapshot.mode`` says (snapshot/modes.py decides, snapshot/initial.py snapshots)."""
         assert self.incremental is not None
@@ -280,7 +286,7 @@ class Session:
                 dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot,
                 pending=pending_slot(pg.slot), publication=pg.publication, config=self.settings.snapshot,
                 two_phase=pg.two_phase, progress=self.progress, records=records,
-                make_sink=lambda lsn: _BeatingSnapshotSink(dispatcher, self.progress, lsn, self.health),
+                make_sink=make_sink,
                 metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,
                 selection=stream_filter(pg))
         finally:
@@ -476,8 +482,9 @@ class _BeatingSnapshotSink(SnapshotSink):
     """The snapshot sink whose service loop (at least every 0.1 s while rows are read) is the
     pipeline thread's liveness beat during the initial snapshot."""
 
-    def __init__(self, dispatcher: Dispatcher, progress: ProgressStore, snapshot_lsn: Lsn, health: Health) -> None:
-        super().__init__(dispatcher, progress, snapshot_lsn)
+    def __init__(self, deliveries: Deliveries, encoder: ChangeEncoder, progress: ProgressStore, snapshot_lsn: Lsn,
+                 *, outbox: OutboxRouter | None, health: Health) -> None:
+        super().__init__(deliveries, encoder, progress, snapshot_lsn, outbox=outbox)
         self._health = health
 
     def service(self) -> None:

@@ -46,8 +46,10 @@ from pgbridge.lane import InsertLane
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
 from pgbridge.pipeline import Session
+from pgbridge.publish.delivery import Deliveries
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.oversize import RecordOrigin
+from pgbridge.publish.routing import PublishFilter, TopicRouter
 from pgbridge.publish.transactions import Position
 from pgbridge.source.selection import TableSelection
 from tests.support.batches import BatchStream
@@ -177,11 +179,13 @@ def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_eve
     session.decoder = PgoutputDecoder(1)
     session.assembler = TransactionAssembler(memory_bytes=1 << 20, spill_dir=tmp, capture=capture)
     log = SchemaLog()
+    deliveries = Deliveries(publisher, tracker, metrics, completed=lambda _: None,  # type: ignore[arg-type]
+                            idle=lambda: None)
     session.dispatcher = Dispatcher(
-        encoder=ChangeEncoder(topic_prefix="app", database="shop", registrar=SingleObjectRegistrar(log.announce),
+        encoder=ChangeEncoder(topic_prefix="app", router=TopicRouter("app"),
+                              database="shop", registrar=SingleObjectRegistrar(log.announce),
                               **encoder),
-        publisher=publisher, tracker=tracker, metrics=metrics,  # type: ignore[arg-type]
-        incremental=None, completed=lambda _: None, idle=lambda: None)
+        deliveries=deliveries, filter=PublishFilter.of(publisher.config), incremental=None)
     _CountingLane.taken = 0
     session.lane = _CountingLane(assembler=session.assembler, dispatcher=session.dispatcher,
                                  idle=lambda: None) if lane else None

@@ -10,6 +10,7 @@ so an import inside a function or under ``TYPE_CHECKING`` counts as much as one 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pgbridge
@@ -54,6 +55,33 @@ def test_config_imports_no_pipeline_stage() -> None:
 def test_source_imports_nothing_from_encode() -> None:
     assert list((PACKAGE / "source").rglob("*.py"))
     assert _imports_of("source", ("pgbridge.encode",)) == []
+
+
+def test_encode_imports_nothing_from_publish() -> None:
+    # The record type and the key-schema transform are encode's; topic names reach the encoder as
+    # a ``RecordTopics`` that publish/routing.py's TopicRouter satisfies.
+    assert list((PACKAGE / "encode").rglob("*.py"))
+    assert _imports_of("encode", ("pgbridge.publish",)) == []
+
+
+def test_publish_imports_nothing_from_snapshot() -> None:
+    # The snapshot sink is snapshot's (snapshot/sink.py), and the dispatcher sees an incremental
+    # snapshot as the ``IncrementalWindow`` it declares.
+    assert list((PACKAGE / "publish").rglob("*.py"))
+    assert _imports_of("publish", ("pgbridge.snapshot",)) == []
+
+
+def test_no_two_stages_import_each_other() -> None:
+    mutual = [(a, b) for i, a in enumerate(STAGES) for b in STAGES[i + 1:]
+              if _imports_of(a, (f"pgbridge.{b}",)) and _imports_of(b, (f"pgbridge.{a}",))]
+    assert mutual == []
+
+
+def test_the_dispatcher_takes_at_most_five_collaborators() -> None:
+    # It was a hub of eight; the life of a delivery unit is publish/delivery.py's.
+    from pgbridge.publish.dispatch import Dispatcher
+
+    assert len(inspect.signature(Dispatcher.__init__).parameters) - 1 <= 5
 
 
 def test_every_form_of_import_is_seen() -> None:

@@ -10,11 +10,12 @@ import psycopg
 from pgbridge.check.problem import Problem
 from pgbridge.config import PostgresConfig, Settings
 from pgbridge.encode.columns import ColumnRules, table_problem
+from pgbridge.encode.schemas import TABLE_KEY_FIELD
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError, PgbridgeError
 from pgbridge.identifiers import quote_ident, table_name
 from pgbridge.publish.outbox import catalog_problems, topic_problem
-from pgbridge.publish.routing import TABLE_KEY_FIELD, TopicRouter
+from pgbridge.publish.routing import TopicRouter
 from pgbridge.snapshot.filters import filter_problems
 from pgbridge.snapshot.modes import StartAction, decide_start
 from pgbridge.source import slots

@@ -46,12 +46,10 @@ from pgbridge.encode.wire import (
     write_string,
 )
 from pgbridge.errors import SchemaError
-from pgbridge.publish.routing import TopicRouter, with_table_field
-from pgbridge.publish.topics import messages_topic, transactions_topic
 
 __all__ = ["COMPATIBILITY_COMPATIBLE", "COMPATIBILITY_INCOMPATIBLE", "TOAST_CACHE", "TOAST_MARKER", "TOAST_OLD_TUPLE",
            "TOAST_POLICIES", "ChangeEncoder", "EncodeObserver", "EventContext", "KeyResolver", "OutRecord",
-           "ToastPolicy", "default_key_columns"]
+           "RecordTopics", "ToastPolicy", "default_key_columns"]
 
 # --- what callers pass and get --------------------------------------------------------------------
 
@@ -78,6 +76,18 @@ class OutRecord(NamedTuple):
     topic: str
     key: bytes | None
     value: bytes | None
+
+
+class RecordTopics(Protocol):
+    """Where the encoder's records go; publish/routing.py's ``TopicRouter`` is the one namer of
+    topics, the encoder only asks it."""
+
+    messages: str  # logical messages
+    transactions: str  # transaction boundaries
+
+    def route(self, schema: str, table: str) -> tuple[str, bool]:
+        """The table's topic, and whether its keys name the table (``schemas.TABLE_KEY_FIELD``)."""
+        ...
 
 
 KeyResolver = Callable[[Relation], tuple[str, ...]]
@@ -154,24 +164,24 @@ class ChangeEncoder:
     ``registrar`` frames bodies and makes writer schemas known (see ``wire.SchemaRegistrar``);
     it is asked once per (subject, schema), when a Relation version is first used, so in
     registry-less mode the schema is durable in ``_schemas`` before the first record using it.
-    ``subject_strategy`` names the subjects (``encode.subjects``: ``topic``, ``record``, ``topic_record``).
-    ``numeric`` maps ``numeric`` without precision to a decimal (``types.NumericPolicy``) instead
-    of its exact string. ``native=False`` keeps to the Python row writer even where the compiled kernel is built (the
-    tests compare the two).
+    ``router`` names the topics (publish/routing.py's ``TopicRouter``). ``subject_strategy`` names
+    the subjects (``encode.subjects``: ``topic``, ``record``, ``topic_record``). ``numeric`` maps
+    ``numeric`` without precision to a decimal (``types.NumericPolicy``) instead of its exact
+    string. ``native=False`` keeps to the Python row writer even where the compiled kernel is built
+    (the tests compare the two).
     """
 
-    def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar,
+    def __init__(self, *, topic_prefix: str, database: str, registrar: SchemaRegistrar, router: RecordTopics,
                  key_resolver: KeyResolver | None = None, type_names: TypeNames | None = None,
                  type_catalog: TypeCatalog | None = None, toast: ToastPolicy | None = None,
                  observer: EncodeObserver | None = None, native: bool = True,
-                 numeric: NumericPolicy | None = None, router: TopicRouter | None = None,
-                 subject_strategy: SubjectNameStrategy = "topic") -> None:
+                 numeric: NumericPolicy | None = None, subject_strategy: SubjectNameStrategy = "topic") -> None:
         schemas.check_envelope_layout()
         self._subject_strategy: SubjectNameStrategy = subject_strategy  # encode/subjects.py
         self._native = native and kernel_built()
         self._numeric = numeric
         self._prefix = topic_prefix
-        self._router = router or TopicRouter(topic_prefix)  # topic names: publish/topics.py, routing.py
+        self._router = router  # topic names: publish/routing.py
         self._database = database
         self._registrar = registrar
         self._key_resolver = key_resolver or default_key_columns
@@ -187,8 +197,8 @@ class ChangeEncoder:
         self._by_shape: dict[tuple[Any, ...], TablePlan] = {}
         self._context_key: tuple[int, int, int, str | None] | None = None
         self._context_bytes: tuple[bytes, bytes, bytes] = (b"", b"", b"")
-        self.messages_topic = messages_topic(topic_prefix)
-        self.transactions_topic = transactions_topic(topic_prefix)
+        self.messages_topic = router.messages
+        self.transactions_topic = router.transactions
         self._fixed = {name: _FixedRecord(schemas.standalone_schema(name))
                        for name in ("message", "message_key", "transaction_boundary", "transaction_key")}
         self._buffer = io.BytesIO()
@@ -197,7 +207,7 @@ class ChangeEncoder:
 
     def topic_for(self, relation: Relation) -> str:
         """The table's topic (``TopicRouter``: its route, else ``{prefix}.{schema}.{table}``)."""
-        return self._router.route(relation.namespace, relation.name).topic
+        return self._router.route(relation.namespace, relation.name)[0]
 
     def table_of(self, relation: Relation) -> str:
         """``schema.table`` of a Relation version, from its plan (one identity look-up per row)."""
@@ -232,8 +242,8 @@ class ChangeEncoder:
         namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
         key_indexes = self._key_indexes(relation)
         key = schemas.key_schema(namespace, relation, codecs, names, key_indexes)
-        if key is not None and self._router.route(relation.namespace, relation.name).table_key:
-            key = with_table_field(key)  # several tables on one topic: the key names its table
+        if key is not None and self._router.route(relation.namespace, relation.name)[1]:
+            key = schemas.with_table_field(key)  # several tables on one topic: the key names its table
         value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names))
         return _TableSchemas(codecs, key_indexes, key, value)
 

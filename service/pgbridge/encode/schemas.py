@@ -28,10 +28,13 @@ from pgbridge.decode.messages import Column, Relation
 from pgbridge.encode.naming import avro_name, define_named_types_once, distinct_avro_names
 from pgbridge.encode.types import NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.encode.wire import PRIMITIVES
-from pgbridge.errors import SchemaError
+from pgbridge.errors import ConfigError, SchemaError
 
 Schema = dict[str, Any]
 
+# The key field naming the real table on a topic that holds several tables (``kafka.topic_routes``,
+# publish/routing.py): "schema.table", as Debezium's ``__dbz__physicalTableIdentifier``.
+TABLE_KEY_FIELD: Final = "__pgbridge_table"
 SCHEMA_FILES: Final = ("source", "transaction", "envelope", "message", "message_key",
                        "transaction_boundary", "transaction_key")
 
@@ -227,6 +230,15 @@ def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...]
         return None
     return {"type": "record", "name": "Key", "namespace": namespace,
             "fields": _fields(names, relation.columns, codecs, key_indexes, True)}
+
+
+def with_table_field(key: Schema) -> Schema:
+    """A key schema with ``TABLE_KEY_FIELD`` (a string) first: written first, its bytes are a
+    constant prefix of every key of the table, so the encoder appends them to the key's framing."""
+    if any(f["name"] == TABLE_KEY_FIELD for f in key["fields"]):
+        raise ConfigError(f"a key column of {key.get('namespace')} is named {TABLE_KEY_FIELD}",
+                          hint="route this table to a topic of its own")
+    return {**key, "fields": [{"name": TABLE_KEY_FIELD, "type": "string"}, *key["fields"]]}
 
 
 def envelope_schema(namespace: str, row: Schema) -> Schema:

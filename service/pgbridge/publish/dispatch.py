@@ -19,17 +19,20 @@ Three things ride along because they must see the same events in the same order:
   its keys from the held chunk; signals and watermarks are handed over, and at a chunk's high
   watermark its rows are produced in the watermark transaction's unit;
 * **byte and event accounting**: every record published for a table counts its key and value
-  bytes, whether it is a change, a truncate or a snapshot read (``EventCounters``).
+  bytes, whether it is a change, a truncate or a snapshot read (``Deliveries.count``).
+
+The life of each unit (open, hold under exactly-once, produce, seal, commit) is
+``publish/delivery.py``'s; the dispatcher only says which unit a record goes in.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from pgbridge.ack.tracker import AckTracker, Unit
+from pgbridge.ack.tracker import Unit
 from pgbridge.assemble.units import (
     AssembledEvent,
     MessageChange,
@@ -44,46 +47,39 @@ from pgbridge.decode.messages import PG_EPOCH_UNIX_US
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
 from pgbridge.lsn import Lsn
-from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
+from pgbridge.publish.delivery import Deliveries, Delivery
 from pgbridge.publish.outbox import OutboxRouter
-from pgbridge.publish.oversize import RecordOrigin, row_key_text
-from pgbridge.publish.producer import KafkaPublisher
+from pgbridge.publish.oversize import Describe, RecordOrigin, row_key_text
 from pgbridge.publish.routing import PublishFilter, row_records
 from pgbridge.publish.transactions import Position
 from pgbridge.slotted import slot_setters
-from pgbridge.snapshot.incremental import IncrementalSnapshotter
 from pgbridge.source.monitor import HEARTBEAT_PREFIX
 
 log = logging.getLogger(__name__)
 
-Completed = Callable[[list[Unit]], None]
 
+class IncrementalWindow(Protocol):
+    """What the dispatcher hands an incremental snapshot (snapshot/incremental.py's
+    ``IncrementalSnapshotter``): the changes of the table whose chunk is held between its
+    watermarks, the signals and watermarks; it answers with the rows a high watermark releases."""
 
-class EventCounters:
-    """``pgbridge_events_total`` and ``pgbridge_event_bytes_total``: children looked up once per label."""
+    window_table: str | None  # the table whose chunk is held, ``schema.table``
+    signal_prefix: str
+    watermark_prefix: str
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-        self._events: dict[tuple[str, str], Any] = {}
-        self._bytes: dict[str, Any] = {}
+    def drop_keys(self, keys: Iterable[bytes | None]) -> None:
+        """Rows changed after the chunk was read: their held copies are stale."""
 
-    def events(self, table: str, op: str, count: int) -> None:
-        key = (table, op)
-        counter = self._events.get(key)
-        if counter is None:
-            counter = self._events[key] = self._metrics.events.labels(table, op)
-        counter.inc(count)
+    def drop_all(self) -> None:
+        """The table was truncated: nothing held is current."""
 
-    def bytes(self, table: str, nbytes: int) -> None:
-        counter = self._bytes.get(table)
-        if counter is None:
-            counter = self._bytes[table] = self._metrics.event_bytes.labels(table)
-        counter.inc(nbytes)
+    def on_signal(self, content: bytes, lsn: Lsn) -> None: ...
 
+    def on_watermark(self, content: bytes) -> tuple[str, list[OutRecord]] | None:
+        """At a chunk's high watermark: its table and the rows to produce now."""
 
-def record_bytes(record: OutRecord) -> int:
-    """What a record weighs in ``pgbridge_event_bytes_total``: its key and value."""
-    return len(record.key or b"") + len(record.value or b"")
+    def chunk_produced(self, unit: Unit) -> None:
+        """The released rows were produced in ``unit`` (the watermark's transaction)."""
 
 
 class _TableTally:
@@ -113,8 +109,7 @@ class OpenTransaction:
     """
 
     begin: TxBegin
-    unit: Unit
-    callback: Callable[..., None]
+    delivery: Delivery
     ts_us: int
     origin: str | None = None
     total_order: int = 0
@@ -164,31 +159,25 @@ _set_total_order, _set_collection_order = slot_setters(EventContext, "total_orde
 
 
 class Dispatcher:
-    """Hands every assembled event to the encoder and the producer, under the right delivery unit.
+    """Hands every assembled event to the encoder, and its records to a delivery unit.
 
-    ``idle`` is called while the producer queue is full (the session keeps the walsender served);
-    ``completed`` receives units acknowledged at their seal.
+    ``deliveries`` owns the units' life (publish/delivery.py); ``filter`` says which operations
+    and tombstones are published (publish/routing.py); ``incremental`` and ``outbox`` ride along.
     """
 
-    def __init__(self, *, encoder: ChangeEncoder, publisher: KafkaPublisher, tracker: AckTracker, metrics: Metrics,
-                 incremental: IncrementalSnapshotter | None, completed: Completed, idle: Callable[[], None],
-                 outbox: OutboxRouter | None = None) -> None:
+    def __init__(self, *, encoder: ChangeEncoder, deliveries: Deliveries, filter: PublishFilter,
+                 incremental: IncrementalWindow | None, outbox: OutboxRouter | None = None) -> None:
         self.encoder = encoder
-        self.publisher = publisher
-        self.tracker = tracker
-        self.metrics = metrics
-        self.transactions = publisher.transactions  # None unless kafka.exactly_once
+        self._deliveries = deliveries
+        self._exactly_once = deliveries.exactly_once
         self.incremental = incremental
-        self.counters = EventCounters(metrics)
-        self.filter = PublishFilter.of(publisher.config)  # skipped operations, tombstones (publish/routing.py)
+        self.filter = filter
         # The row path reads these once per row: None when nothing is skipped / every tombstone kept,
         # so the common configuration pays one comparison, not a method call, per row.
-        self._skipped_ops = self.filter.skipped or None
-        self._drop_tombstones = not self.filter.tombstones_on_delete
+        self._skipped_ops = filter.skipped or None
+        self._drop_tombstones = not filter.tombstones_on_delete
         self.outbox = outbox  # outbox tables' inserts become outbox events (publish/outbox.py)
         self.position: Position | None = None  # exactly-once: how far committed Kafka transactions got
-        self._completed = completed
-        self._idle = idle
         self._tx: OpenTransaction | None = None
         self._skipped: TxBegin | None = None  # exactly-once: a transaction already whole in Kafka
         self._row_event: RowChange | None = None  # the change being produced, for ``_describe_row``
@@ -197,6 +186,10 @@ class Dispatcher:
     @property
     def in_transaction(self) -> bool:
         return self._tx is not None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self._exactly_once
 
     def lane_transaction(self) -> OpenTransaction | None:
         """The open transaction when its inserts need only encoding and producing, for the session's
@@ -210,10 +203,13 @@ class Dispatcher:
             return None
         return tx
 
-    def produce(self, record: OutRecord, callback: Callable[..., None], unit: Unit) -> None:
-        self.publisher.topics.ensure(record.topic)
-        self.publisher.produce(record.topic, record.key, record.value, callback, unit, self._idle,
-                               self._other_origin)
+    def lane_produce(self, tx: OpenTransaction, topic: str, key: bytes | None, value: bytes,
+                     describe: Describe) -> int:
+        """The insert lane's record, in the open transaction's unit; its bytes."""
+        return self._deliveries.produce_all(tx.delivery, (OutRecord(topic, key, value),), describe)
+
+    def _produce(self, record: OutRecord, tx: OpenTransaction) -> int:
+        return self._deliveries.produce(tx.delivery, record, self._other_origin)
 
     # -- where a record came from, asked only when Kafka refuses it as too large ---------------------
     def _row_origin(self, topic: str) -> RecordOrigin:
@@ -275,12 +271,11 @@ class Dispatcher:
         records = encoder.encode_row(event, tx.next_context(tally))
         self._row_event = event
         published = row_records(records, event.op, False) if self._drop_tombstones else records
-        tally.add(event.op, self.publisher.produce_all(published, tx.callback, tx.unit, self._idle,
-                                                        self._describe_row))
+        tally.add(event.op, self._deliveries.produce_all(tx.delivery, published, self._describe_row))
         snap = self.incremental
         if snap is not None and snap.window_table == table:
             snap.drop_keys(record.key for record in records)
-        if self.transactions is not None:
+        if self._exactly_once:
             self.split_if_due(tx)
 
     def _outbox_row(self, event: RowChange, outbox: OutboxRouter, tx: OpenTransaction) -> None:
@@ -295,12 +290,9 @@ class Dispatcher:
         if tx.already_in_kafka():
             return
         record = outbox.record(event.relation, event.new, plan)
-        self.publisher.topics.ensure(record.topic)
-        self.publisher.produce(record.topic, record.key, record.value, tx.callback, tx.unit, self._idle,
-                               self._other_origin, record.headers)
-        table = f"{event.relation.namespace}.{event.relation.name}"
-        self.counters.events(table, "c", 1)
-        self.counters.bytes(table, len(record.key or b"") + len(record.value or b""))
+        nbytes = self._deliveries.produce(tx.delivery, OutRecord(record.topic, record.key, record.value),
+                                          self._other_origin, record.headers)
+        self._deliveries.count(f"{event.relation.namespace}.{event.relation.name}", "c", 1, nbytes)
 
     def _skip_row(self, event: RowChange, table: str, tx: OpenTransaction) -> None:
         """A change of a skipped operation: nothing published, no place in the transaction's order.
@@ -318,37 +310,27 @@ class Dispatcher:
             self._skipped = event  # whole in Kafka already: its END only moves the watermark
             return
         ts_us = event.commit_ts + PG_EPOCH_UNIX_US
-        unit = self.tracker.open_unit(ts_us)
-        tx = OpenTransaction(begin=event, unit=unit, callback=self.publisher.callback_for(unit), ts_us=ts_us,
-                              skip_through=position.skips_through(event.commit_lsn) if position else 0)
+        tx = OpenTransaction(begin=event, delivery=self._deliveries.open(ts_us), ts_us=ts_us,
+                             skip_through=position.skips_through(event.commit_lsn) if position else 0)
         self._tx = tx
-        if self.transactions is not None:
-            self.transactions.hold(unit)
         if not tx.skip_through:  # a split transaction's BEGIN went with its first part
-            self.produce(self.encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
-                                                         ts_us=ts_us, event_count=0, per_table={}),
-                         tx.callback, unit)
+            self._produce(self.encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
+                                                          ts_us=ts_us, event_count=0, per_table={}), tx)
 
     def _end(self, event: TxEnd) -> None:
         tx = self._tx
         if tx is None or tx.begin.commit_lsn != event.commit_lsn:
             raise FatalError("transaction end does not match its begin")
-        self.produce(self.encoder.encode_tx_boundary(status="END", xid=event.xid, commit_lsn=event.commit_lsn,
-                                                     ts_us=tx.ts_us, event_count=tx.total_order,
-                                                     per_table=tx.per_table()),
-                     tx.callback, tx.unit)
+        self._produce(self.encoder.encode_tx_boundary(status="END", xid=event.xid, commit_lsn=event.commit_lsn,
+                                                      ts_us=tx.ts_us, event_count=tx.total_order,
+                                                      per_table=tx.per_table()), tx)
         self._tx = None
-        counters = self.counters
+        deliveries = self._deliveries
         for table, tally in tx.tables.items():
-            for op, count in tally.ops.items():
-                counters.events(table, op, count)
-            counters.bytes(table, tally.nbytes)
-        self.metrics.transactions.labels(OUTCOME_COMMITTED).inc()
-        done = self.tracker.seal(tx.unit, event.end_lsn)
-        if done:  # every record was acknowledged before the seal
-            self._completed(done)
-        if self.transactions is not None:
-            self.transactions.boundary(Position(event.commit_lsn, tx.total_order))
+            deliveries.count_ops(table, tally.ops, tally.nbytes)
+        deliveries.transaction_committed()
+        deliveries.seal(tx.delivery, event.end_lsn)
+        deliveries.boundary(Position(event.commit_lsn, tx.total_order))
 
     def _truncate(self, event: TruncateChange) -> None:
         tx = self._tx
@@ -370,8 +352,7 @@ class Dispatcher:
                 tx.next_context(tally)
                 continue
             record = self.encoder.encode_truncate(event, relation, tx.next_context(tally))
-            self.produce(record, tx.callback, tx.unit)
-            tally.add("t", record_bytes(record))
+            tally.add("t", self._produce(record, tx))
             if self.incremental is not None and self.incremental.window_table == table:
                 self.incremental.drop_all()
 
@@ -382,8 +363,8 @@ class Dispatcher:
         if tx.already_in_kafka():
             tx.next_context(None)
             return
-        self.produce(self.encoder.encode_message(event.prefix, event.content, event.lsn, tx.next_context(None), True),
-                     tx.callback, tx.unit)
+        self._produce(self.encoder.encode_message(event.prefix, event.content, event.lsn, tx.next_context(None), True),
+                      tx)
         if self.incremental is not None:
             self._snapshot_message(event.prefix, event.content, event.lsn, tx)
 
@@ -393,14 +374,12 @@ class Dispatcher:
         position = self.position
         if position is not None and position.skips_transaction(event.lsn):
             return
-        unit = self.tracker.open_unit()
-        if self.transactions is not None:
-            self.transactions.hold(unit)
+        deliveries = self._deliveries
+        delivery = deliveries.open()
         record = self.encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
-        self.produce(record, self.publisher.callback_for(unit), unit)
-        self.tracker.seal(unit, None)
-        if self.transactions is not None:
-            self.transactions.boundary(Position(event.lsn))
+        deliveries.produce(delivery, record, self._other_origin)
+        deliveries.seal(delivery, None)
+        deliveries.boundary(Position(event.lsn))
         if self.incremental is not None:
             self._snapshot_message(event.prefix, event.content, event.lsn, None)
 
@@ -412,21 +391,11 @@ class Dispatcher:
             if event.commit_lsn != skipped.commit_lsn:
                 raise FatalError("transaction end does not match its begin")
             self._skipped = None
-            done = self.tracker.seal(self.tracker.open_unit(), event.end_lsn)
-            if done:
-                self._completed(done)
+            self._deliveries.pass_over(event.end_lsn)
 
     def split_if_due(self, tx: OpenTransaction) -> None:
-        """Exactly-once, after each row: commit the part of a huge transaction produced so far when
-        it is due (rule 1 of publish/transactions.py); its unit stays held by the next Kafka
-        transaction."""
-        transactions = self.transactions
-        assert transactions is not None
-        if not transactions.split_due():
-            return
-        transactions.commit_part(Position(tx.begin.commit_lsn, tx.total_order, complete=False))
-        transactions.hold(tx.unit)
-        log.info("huge transaction committed in parts", extra={"xid": tx.begin.xid, "events": tx.total_order})
+        """Exactly-once, after each row: a huge transaction's part is committed when due."""
+        self._deliveries.split_if_due(tx.delivery, tx.begin.commit_lsn, tx.total_order, tx.begin.xid)
 
     def _snapshot_message(self, prefix: str, content: bytes, lsn: Lsn, tx: OpenTransaction | None) -> None:
         """Signals start incremental snapshots; a chunk's high watermark releases its rows, produced
@@ -444,8 +413,6 @@ class Dispatcher:
                 rows = []  # an outbox table's rows are not table records
             nbytes = 0
             for record in rows:
-                self.produce(record, tx.callback, tx.unit)
-                nbytes += record_bytes(record)
-            self.counters.events(table, "r", len(rows))
-            self.counters.bytes(table, nbytes)
-            snap.chunk_produced(tx.unit)
+                nbytes += self._produce(record, tx)
+            self._deliveries.count(table, "r", len(rows), nbytes)
+            snap.chunk_produced(tx.delivery.unit)

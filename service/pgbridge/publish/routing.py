@@ -14,17 +14,28 @@ Pure decisions, applied before anything is produced:
 * ``kafka.topic_routes``: the first route whose ``match`` matches a table's whole ``schema.table``
   sends its records to ``{prefix}.{topic}`` (``\\1``... the match's groups). A topic that holds
   several tables gets ``TABLE_KEY_FIELD`` as the first field of its keys, so equal keys of two
-  tables stay two keys under compaction (Debezium's ``__dbz__physicalTableIdentifier``).
+  tables stay two keys under compaction (Debezium's ``__dbz__physicalTableIdentifier``); the
+  encoder writes it (``encode.schemas.with_table_field``).
+
+``TopicRouter`` names every topic the encoder's records go to (it is the encoder's
+``RecordTopics``): each table's, the logical messages' and the transaction boundaries'.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+from pgbridge.encode.schemas import TABLE_KEY_FIELD
 from pgbridge.errors import ConfigError, FatalError
-from pgbridge.publish.topics import MAX_TOPIC_LENGTH, table_topic, topic_name
+from pgbridge.publish.topics import (
+    MAX_TOPIC_LENGTH,
+    messages_topic,
+    table_topic,
+    topic_name,
+    transactions_topic,
+)
 from pgbridge.topic_routes import routed_name_problem
 
 if TYPE_CHECKING:
@@ -32,8 +43,6 @@ if TYPE_CHECKING:
     from pgbridge.encode.envelope import OutRecord
 
 OPERATIONS: Final = ("c", "u", "d", "t")
-# The key field naming the real table on a topic that holds several tables: "schema.table".
-TABLE_KEY_FIELD: Final = "__pgbridge_table"
 
 
 class PublishFilter(NamedTuple):
@@ -80,6 +89,8 @@ class TopicRouter:
     def __init__(self, prefix: str, routes: Sequence[TopicRoute] = (),
                  tables: Iterable[tuple[str, str]] = ()) -> None:
         self._prefix = prefix
+        self.messages = messages_topic(prefix)
+        self.transactions = transactions_topic(prefix)
         self._routes = [(re.compile(route.match), route.topic) for route in routes]
         self._holders: dict[str, set[str]] = {}
         for schema, table in tables if self._routes else ():
@@ -125,12 +136,3 @@ class TopicRouter:
     def shared_topics(self) -> dict[str, list[str]]:
         """Topics holding several of the known tables, each with its tables (for ``pgbridge check``)."""
         return {topic: sorted(self._holders[topic]) for topic in sorted(self._shared)}
-
-
-def with_table_field(key: dict[str, Any]) -> dict[str, Any]:
-    """A key schema with ``TABLE_KEY_FIELD`` (a string) first: written first, its bytes are a
-    constant prefix of every key of the table, so the encoder appends them to the key's framing."""
-    if any(f["name"] == TABLE_KEY_FIELD for f in key["fields"]):
-        raise ConfigError(f"a key column of {key.get('namespace')} is named {TABLE_KEY_FIELD}",
-                          hint="route this table to a topic of its own")
-    return {**key, "fields": [{"name": TABLE_KEY_FIELD, "type": "string"}, *key["fields"]]}

@@ -30,6 +30,7 @@ from pgbridge.encode.columns import (
 from pgbridge.encode.types import codec_for
 from pgbridge.errors import ConfigError
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from tests.unit.encode.avro_helpers import SchemaLog, fastavro_bytes, relation
 
 INT4, TEXT, VARCHAR, BPCHAR, TIMESTAMPTZ, JSONB = 23, 25, 1043, 1042, 1184, 3802
@@ -59,7 +60,7 @@ def sha(text: str) -> str:
 class Harness:
     def __init__(self, column_rules: ColumnRules, **kwargs: Any) -> None:
         self.log = SchemaLog()
-        self.encoder = encoder_for(column_rules)(topic_prefix="p", database="db",
+        self.encoder = encoder_for(column_rules)(topic_prefix="p", router=TopicRouter("p"), database="db",
                                                  registrar=SingleObjectRegistrar(self.log.announce), **kwargs)
 
     def decode(self, records: list[OutRecord]) -> list[tuple[Any, Any]]:

@@ -22,6 +22,7 @@ from pgbridge.encode.envelope import default_key_columns
 from pgbridge.encode.wire import fingerprint64, fingerprint_hex, parsing_canonical_form
 from pgbridge.errors import PublishError
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from tests.unit.encode.avro_helpers import SchemaLog, fastavro_bytes, relation
 
 INT8, INT4, TEXT, NUMERIC, TEXT_ARRAY, TIMESTAMPTZ, FLOAT8 = 20, 23, 25, 1700, 1009, 1184, 701
@@ -48,7 +49,7 @@ AFTER = {"id": 1, "note": "first order", "amount": Decimal("12.50"), "tags": ["a
 class Harness:
     def __init__(self, **kwargs: Any) -> None:
         self.log = SchemaLog()
-        self.encoder = ChangeEncoder(topic_prefix="pgbridge", database="shop",
+        self.encoder = ChangeEncoder(topic_prefix="pgbridge", router=TopicRouter("pgbridge"), database="shop",
                                      registrar=SingleObjectRegistrar(self.log.announce), **kwargs)
 
     def decode(self, records: list[OutRecord]) -> list[tuple[str, Any, Any]]:
@@ -301,7 +302,8 @@ def test_topics_names_and_fields_are_sanitised() -> None:
 
 
 def test_a_prefix_with_dots_and_dashes_makes_a_valid_namespace() -> None:
-    encoder = ChangeEncoder(topic_prefix="acme-prod.cdc", database="d", registrar=SingleObjectRegistrar(print))
+    encoder = ChangeEncoder(topic_prefix="acme-prod.cdc", router=TopicRouter("acme-prod.cdc"),
+                            database="d", registrar=SingleObjectRegistrar(print))
     assert encoder.topic_for(ORDERS) == "acme-prod.cdc.public.orders"
     assert encoder.value_schema(ORDERS)["namespace"] == "acme_prod.cdc.public.orders"
     assert encoder.messages_topic == "acme-prod.cdc.messages"
@@ -309,7 +311,8 @@ def test_a_prefix_with_dots_and_dashes_makes_a_valid_namespace() -> None:
 
 
 def test_an_overlong_topic_name_is_refused() -> None:
-    encoder = ChangeEncoder(topic_prefix="p" * 200, database="d", registrar=SingleObjectRegistrar(print))
+    encoder = ChangeEncoder(topic_prefix="p" * 200, router=TopicRouter("p" * 200),
+                            database="d", registrar=SingleObjectRegistrar(print))
     with pytest.raises(PublishError, match="longer than Kafka"):
         encoder.topic_for(relation(("id", INT8), name="t" * 60))
 

@@ -13,6 +13,7 @@ from pgbridge.assemble.units import RowChange
 from pgbridge.decode.messages import TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar, plan
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from tests.support.kernels import compiled
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
@@ -33,7 +34,8 @@ def _insert(body: bytes) -> RowChange:
 
 
 def _encoder(log: SchemaLog, *, native: bool) -> ChangeEncoder:
-    return ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(log.announce),
+    return ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                         database="db", registrar=SingleObjectRegistrar(log.announce),
                          native=native)
 
 

@@ -24,6 +24,7 @@ from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar, 
 from pgbridge.encode.plan import native_binary_code, native_code
 from pgbridge.encode.schemas import column_codecs
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from tests.support.kernels import compiled
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
@@ -226,7 +227,8 @@ CTX = EventContext(commit_lsn=0x16_B374_D900, xid=4242, ts_us=1_714_566_896_789_
 
 def outcome(native: bool, change: RowChange, ctx: EventContext) -> tuple[Any, SchemaLog]:
     log = SchemaLog()
-    encoder = ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(log.announce),
+    encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                            database="db", registrar=SingleObjectRegistrar(log.announce),
                             native=native)
     try:
         return [tuple(record) for record in encoder.encode_row(change, ctx)], log
@@ -349,7 +351,8 @@ def test_known_values_decode_to_what_the_types_table_says() -> None:
               "iv": b"1 day", "arr": b"{1,NULL}"}
     row = TupleData(b"t" * len(COLUMNS), tuple(values[name] for name, *_ in COLUMNS))
     log = SchemaLog()
-    encoder = ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(log.announce))
+    encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                            database="db", registrar=SingleObjectRegistrar(log.announce))
     [(_, key, value)] = encoder.encode_row(RowChange("c", KEYED, Lsn(1), None, None, row), CTX)
     after = log.decode(value)["after"]
     assert log.decode(key) == {"i8": -(2**63)}
@@ -376,7 +379,8 @@ def test_values_the_kernel_hands_back_as_unrepresentable_give_the_same_envelope_
         for rel in (KEYED, MULTI_KEYED):
             [(_, key, value)] = same_both_ways(RowChange("c", rel, Lsn(1), None, None, sent))
             log = SchemaLog()
-            encoder = ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(log.announce))
+            encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                                    database="db", registrar=SingleObjectRegistrar(log.announce))
             [(_, key, value)] = encoder.encode_row(RowChange("c", rel, Lsn(1), None, None, sent), CTX)
             decoded = log.decode(value, logical=False)
             assert decoded["unrepresentable"] == expected

@@ -17,6 +17,7 @@ from pgbridge.encode.envelope import TOAST_CACHE, ToastPolicy
 from pgbridge.encode.schemas import resolution_problem
 from pgbridge.encode.types import codec_for, interval_from_text, parse_range_literal
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from pgbridge.source.type_catalog import PgTypeInfo
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 from tests.unit.encode.test_type_codecs import field
@@ -139,7 +140,8 @@ def test_toast_cache_fills_from_the_last_row_of_the_key_and_counts_hits_and_miss
     docs = relation(("id", INT4, -1, True), ("doc", 25))
     observer = Observer()
     log = SchemaLog()
-    encoder = ChangeEncoder(topic_prefix="p", database="d", registrar=SingleObjectRegistrar(log.announce),
+    encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                            database="d", registrar=SingleObjectRegistrar(log.announce),
                             toast=ToastPolicy(default=TOAST_CACHE, cache_rows=1), observer=observer)
     ctx = EventContext(commit_lsn=1, xid=1, ts_us=0, origin=None, total_order=1, collection_order=1)
 

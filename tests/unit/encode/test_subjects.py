@@ -17,6 +17,7 @@ from pgbridge.encode import ChangeEncoder, EventContext
 from pgbridge.encode.subjects import SubjectNameStrategy, record_full_name, subject_name
 from pgbridge.encode.wire import confluent_header
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from tests.unit.encode.avro_helpers import relation
 
 ORDERS = relation(("id", 20, -1, True), ("note", 25), name="orders")
@@ -50,7 +51,8 @@ def test_record_full_name() -> None:
 def test_the_encoder_registers_table_schemas_under_the_strategy_s_subjects(strategy: SubjectNameStrategy,
                                                                           key: str, value: str) -> None:
     registrar = RecordingRegistrar()
-    encoder = ChangeEncoder(topic_prefix="app", database="shop", registrar=registrar, subject_strategy=strategy)
+    encoder = ChangeEncoder(topic_prefix="app", router=TopicRouter("app"),
+                            database="shop", registrar=registrar, subject_strategy=strategy)
     new = TupleData(b"tt", (b"1", b"x"))
     encoder.encode_row(RowChange("c", ORDERS, Lsn(0x90), None, None, new), CTX)
     assert registrar.subjects == [key, value]
@@ -65,7 +67,8 @@ def test_the_encoder_registers_table_schemas_under_the_strategy_s_subjects(strat
 ])
 def test_transaction_boundaries_follow_the_strategy_too(strategy: SubjectNameStrategy, expected: list[str]) -> None:
     registrar = RecordingRegistrar()
-    encoder = ChangeEncoder(topic_prefix="app", database="shop", registrar=registrar, subject_strategy=strategy)
+    encoder = ChangeEncoder(topic_prefix="app", router=TopicRouter("app"),
+                            database="shop", registrar=registrar, subject_strategy=strategy)
     encoder.encode_tx_boundary(status="BEGIN", xid=7, commit_lsn=0x100, ts_us=1, event_count=0, per_table={})
     assert registrar.subjects == expected
     fixed = encoder.fixed_schemas()
@@ -75,6 +78,7 @@ def test_transaction_boundaries_follow_the_strategy_too(strategy: SubjectNameStr
 
 def test_the_default_strategy_is_the_topic_name_strategy() -> None:
     registrar = RecordingRegistrar()
-    encoder = ChangeEncoder(topic_prefix="app", database="shop", registrar=registrar)
+    encoder = ChangeEncoder(topic_prefix="app", router=TopicRouter("app"),
+                            database="shop", registrar=registrar)
     encoder.encode_row(RowChange("c", ORDERS, Lsn(0x90), None, None, TupleData(b"tt", (b"1", b"x"))), CTX)
     assert registrar.subjects == [f"{TOPIC}-key", f"{TOPIC}-value"]

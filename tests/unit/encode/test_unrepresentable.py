@@ -20,6 +20,7 @@ from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, OutRecord, SingleObjectRegistrar
 from pgbridge.encode.types import NumericPolicy, TypeCatalog
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from pgbridge.source.type_catalog import CompositeAttribute, PgTypeInfo
 from tests.unit.encode.avro_helpers import SchemaLog, fastavro_bytes, relation, strip_logical_types
 
@@ -122,7 +123,8 @@ class Bridge:
     def __init__(self, family: Family, **kwargs: Any) -> None:
         self.log = SchemaLog()
         catalog: TypeCatalog = CATALOG.get
-        self.encoder = ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(self.log.announce),
+        self.encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                                     database="db", registrar=SingleObjectRegistrar(self.log.announce),
                                      type_catalog=catalog, numeric=family.numeric, **kwargs)
 
     def decode(self, records: list[OutRecord]) -> list[tuple[Any, Any]]:

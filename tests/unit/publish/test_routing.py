@@ -11,17 +11,11 @@ from pgbridge.assemble.units import RowChange
 from pgbridge.config import KafkaConfig, TopicRoute, load_settings
 from pgbridge.decode.messages import TupleData
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
+from pgbridge.encode.schemas import TABLE_KEY_FIELD, with_table_field
 from pgbridge.encode.wire import SingleObjectRegistrar
 from pgbridge.errors import ConfigError, FatalError
 from pgbridge.lsn import Lsn
-from pgbridge.publish.routing import (
-    TABLE_KEY_FIELD,
-    PublishFilter,
-    Route,
-    TopicRouter,
-    row_records,
-    with_table_field,
-)
+from pgbridge.publish.routing import PublishFilter, Route, TopicRouter, row_records
 from pgbridge.topic_routes import template_problem
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 

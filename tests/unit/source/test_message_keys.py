@@ -14,6 +14,7 @@ from pgbridge.decode.messages import Column, Relation, TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar
 from pgbridge.errors import ConfigError
 from pgbridge.lsn import Lsn
+from pgbridge.publish.routing import TopicRouter
 from pgbridge.source.keys import KeyColumns, message_key, message_keys
 from tests.unit.encode.avro_helpers import SchemaLog
 
@@ -54,7 +55,8 @@ def test_the_resolver_uses_configured_columns_without_asking_the_catalog() -> No
 def test_the_encoder_keys_every_op_by_the_configured_columns_and_tombstones_that_key() -> None:
     log = SchemaLog()
     keys = KeyColumns(cast(psycopg.Connection[tuple[object, ...]], None), {("public", "Orders"): ("tenant", "id")})
-    encoder = ChangeEncoder(topic_prefix="p", database="db", registrar=SingleObjectRegistrar(log.announce),
+    encoder = ChangeEncoder(topic_prefix="p", router=TopicRouter("p"),
+                            database="db", registrar=SingleObjectRegistrar(log.announce),
                             key_resolver=keys)
     ctx = EventContext(commit_lsn=1, xid=2, ts_us=3, origin=None, total_order=1, collection_order=1)
     row = TupleData(b"ttt", (b"1", b"42", b"10"))
