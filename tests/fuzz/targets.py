@@ -26,7 +26,6 @@ from pgbridge.decode import pgoutput
 from pgbridge.decode.messages import (
     Begin,
     BeginPrepare,
-    Column,
     Commit,
     CommitPrepared,
     Delete,
@@ -44,6 +43,7 @@ from pgbridge.decode.pgoutput import PgoutputDecoder, decode_message
 from pgbridge.errors import FatalError, PgbridgeError
 from pgbridge.lsn import Lsn
 from tests.support.pgoutput_builder import encode_message
+from tests.support.relations import relation
 from tests.unit.decode.strategies import messages, tuple_data
 
 CONTEXTS = ((1, False), (2, False), (2, True), (3, False), (3, True), (4, False), (4, True))
@@ -149,9 +149,7 @@ _REL = 16384
 
 
 def _relation(xid: int | None, count: int) -> Relation:
-    return Relation(xid=xid, rel_id=_REL, namespace="public", name="fuzzed", replica_identity="d",
-                    columns=tuple(Column(is_key=i == 0, name=f"c{i}", type_oid=25, type_modifier=-1)
-                                  for i in range(count)))
+    return relation(*(f"c{i}" for i in range(count)), rel_id=_REL, name="fuzzed", xid=xid, key=1)
 
 
 @st.composite

@@ -1,5 +1,5 @@
 """The command line as an operator meets it: `python -m pgbridge ...` in a child process, against real
-Postgres and Kafka where the command talks to them."""
+Postgres and Kafka (the commands that need no server: tests/unit/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -9,34 +9,19 @@ import pty
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 from confluent_kafka import Producer
 
 from pgbridge.snapshot.chunking import CHUNK_BY_KEY, TablePlan, key_chunks
 from pgbridge.snapshot.progress import done_key, header_key, incremental_key, plan_key, progress_topic
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.ports import free_port
+from tests.support.cli import clean_env, pgbridge
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-COMMANDS = ("run", "check", "schemas", "status", "config", "slot", "demo")
-
-
-def _clean_env(**settings: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PGBRIDGE_")}
-    return {**env, **settings}
-
-
-def pgbridge(*args: str, env: dict[str, str] | None = None, stdin: int | None = subprocess.DEVNULL,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pgbridge", *args], env=env or _clean_env(), stdin=stdin,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _slot(dsn: str, slot: str) -> tuple[bool, int | None] | None:
@@ -51,104 +36,9 @@ def _create_slot(dsn: str, slot: str) -> None:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
 
-# --- no server needed ------------------------------------------------------------------------------
-
-
-def test_with_nothing_set_the_error_names_every_missing_setting_and_its_variable() -> None:
-    result = pgbridge("run")
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1, result.stderr
-    for setting, variable in (("postgres.dsn", "PGBRIDGE_POSTGRES__DSN"),
-                              ("kafka.bootstrap_servers", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS")):
-        assert f"{setting} ({variable})" in result.stderr
-    assert "PGBRIDGE_POSTGRES " not in result.stderr and "PGBRIDGE_POSTGRES or" not in result.stderr
-
-
-def test_global_options_work_before_and_after_the_command(tmp_path: Path) -> None:
-    config = tmp_path / "pgbridge.yaml"
-    config.write_text("postgres:\n  dsn: postgresql://u@db/app\n  slot: from_file\nkafka:\n  bootstrap_servers: k:9092\n")
-    before = pgbridge("--config", str(config), "config")
-    after = pgbridge("config", "--config", str(config))
-    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
-    assert before.stdout == after.stdout
-    assert yaml.safe_load(before.stdout)["postgres"]["slot"] == "from_file"
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("postgres: {dsn: x, slot: Not_Valid}\nkafka: {bootstrap_servers: k}\n")
-    for args in (("--debug", "check", "--config", str(broken)), ("check", "--debug", "--config", str(broken)),
-                 ("--config", str(broken), "--debug", "check")):
-        result = pgbridge(*args)
-        assert result.returncode == 2, args
-        assert "Traceback" in result.stderr, args  # --debug took effect wherever it was written
-        assert "invalid setting postgres.slot" in result.stderr, args
-
-
-def test_demo_rejects_the_options_it_would_ignore(tmp_path: Path) -> None:
-    config = tmp_path / "pgbridge.yaml"
-    config.write_text("log: {level: DEBUG}\n")
-    for args in (("demo", "--config", str(config)), ("--config", str(config), "demo")):
-        result = pgbridge(*args, timeout=30)
-        assert result.returncode == 2, args
-        assert "--config" in result.stderr and "demo" in result.stderr, result.stderr
-        assert "starting PostgreSQL" not in result.stdout
-
-
-def test_help_describes_each_command_with_its_environment_and_examples() -> None:
-    top = pgbridge("--help")
-    assert top.returncode == 0
-    for command in COMMANDS:
-        assert f"    {command} " in top.stdout, command
-    for text in ("PGBRIDGE_POSTGRES__DSN", "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS", "PGBRIDGE_CONFIG",
-                 "_FILE", "examples:", "exit status"):
-        assert text in top.stdout, text
-    for command in ("run", "check", "schemas", "status", "config", "demo"):
-        text = pgbridge(command, "--help").stdout
-        assert "examples:" in text and f"pgbridge {command}" in text.split("examples:")[1], command
-    drop = pgbridge("slot", "drop", "--help").stdout
-    assert "--yes" in drop and "--timeout" in drop and "examples:" in drop
-
-
-def test_config_prints_the_effective_settings_with_every_secret_redacted(tmp_path: Path) -> None:
-    config = tmp_path / "pgbridge.yaml"
-    config.write_text("snapshot:\n  workers: 3\n  chunk_rows: 500\n")
-    env = _clean_env(PGBRIDGE_CONFIG=str(config),
-                     PGBRIDGE_POSTGRES__DSN="postgresql://replicator:pg-secret-1@db:5432/app",
-                     PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS="kafka:9092",
-                     PGBRIDGE_SCHEMA_REGISTRY__URL="https://reg-user:reg-secret-2@registry:8081",
-                     PGBRIDGE_SCHEMA_REGISTRY__BASIC_AUTH_USER_INFO="user:reg-secret-3",
-                     PGBRIDGE_SNAPSHOT__WORKERS="4")
-    result = pgbridge("config", env=env)
-    assert result.returncode == 0, result.stderr
-    for secret in ("pg-secret-1", "reg-secret-2", "reg-secret-3"):
-        assert secret not in result.stdout + result.stderr
-    shown = yaml.safe_load(result.stdout)
-    assert shown["postgres"]["dsn"].startswith("postgresql://replicator:") and "@db:5432/app" in shown["postgres"]["dsn"]
-    assert shown["schema_registry"]["basic_auth_user_info"] == "**********"
-    assert shown["snapshot"]["workers"] == 4  # the environment over the file
-    assert shown["snapshot"]["chunk_rows"] == 500  # the file over the default
-    assert shown["snapshot"]["mode"] == "initial"  # a default
-    assert shown["kafka"]["bootstrap_servers"] == "kafka:9092"
-    as_json = json.loads(pgbridge("config", "--json", env=env).stdout)
-    assert as_json["snapshot"] == shown["snapshot"]
-
-
-# --- against Postgres ------------------------------------------------------------------------------
-
-
-def test_connection_errors_keep_libpqs_whole_reason(tmp_path: Path) -> None:
-    env = _clean_env(PGBRIDGE_POSTGRES__DSN=f"postgresql://u:pw-not-shown@127.0.0.1:{free_port()}/app",
-                     PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
-                     PGBRIDGE_POSTGRES__CONNECT_TIMEOUT_S="3")
-    for args in (("schemas",), ("status",), ("slot", "drop", "--yes"), ("check",)):
-        result = pgbridge(*args, env=env)
-        output = result.stdout + result.stderr
-        assert result.returncode == 1, (args, output)
-        assert "Connection refused" in output, (args, output)
-        assert "pw-not-shown" not in output
-
-
 def test_slot_drop_asks_for_confirmation_and_needs_yes_without_a_terminal(pg_dsn: str) -> None:
-    env = _clean_env(PGBRIDGE_POSTGRES__DSN=pg_dsn, PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS="unused:9092",
-                     PGBRIDGE_POSTGRES__SLOT="to_drop")
+    env = clean_env(PGBRIDGE_POSTGRES__DSN=pg_dsn, PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS="unused:9092",
+                    PGBRIDGE_POSTGRES__SLOT="to_drop")
     _create_slot(pg_dsn, "to_drop")
     refused = pgbridge("slot", "drop", env=env)
     assert refused.returncode == 2 and "--yes" in refused.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
+from tests.support.cli import check
 from tests.support.kafka import read_topic
 from tests.support.replay import wait_caught_up
 from tests.support.waiting import wait_until
@@ -106,11 +106,6 @@ def test_policies_shape_snapshot_and_streamed_rows_and_their_schemas(
     assert [(f["name"], f["type"]) for f in key_schema["fields"]] == [("id", "string")]
 
 
-def _check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", "check"], env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
-
 
 def test_an_excluded_key_column_or_a_truncated_non_text_column_is_refused_at_start_and_by_check(
         pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
@@ -120,7 +115,7 @@ def test_an_excluded_key_column_or_a_truncated_non_text_column_is_refused_at_sta
            "PGBRIDGE_COLUMNS__EXCLUDE": json.dumps([r"public\.accounts\.id"]),
            "PGBRIDGE_COLUMNS__TRUNCATE": json.dumps({r"public\.accounts\.opened": 2})}
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra=bad)
-    report = _check(env)
+    report = check(env)
     assert report.returncode == 1, report.stdout + report.stderr
     lines = report.stdout.splitlines()
     assert any("columns.exclude matches public.accounts.id, a Kafka key column" in line and "fix:" in line
@@ -135,7 +130,7 @@ def test_an_excluded_key_column_or_a_truncated_non_text_column_is_refused_at_sta
         expected = ("a Kafka key column" if "PGBRIDGE_COLUMNS__TRUNCATE" in variant
                     else "public.accounts.opened of type date, which is not text")
         assert expected in bridge.log(), bridge.log()[-2000:]
-    report = _check({**env, "PGBRIDGE_COLUMNS__EXCLUDE": "[]"})
+    report = check({**env, "PGBRIDGE_COLUMNS__EXCLUDE": "[]"})
     assert any("columns.truncate matches public.accounts.opened of type date" in line
                for line in report.stdout.splitlines()), report.stdout
 
@@ -183,7 +178,7 @@ def test_message_key_columns_the_replica_identity_cannot_supply_are_refused_at_s
     for keys, message in cases:
         env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
             "PGBRIDGE_POSTGRES__TABLES": "public.orders", "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps(keys)})
-        report = _check(env)
+        report = check(env)
         assert report.returncode == 1 and any(message in line and "fix:" in line
                                               for line in report.stdout.splitlines()), report.stdout
         bridge = BridgeProcess(env).start()
@@ -197,7 +192,7 @@ def test_message_key_columns_the_replica_identity_cannot_supply_are_refused_at_s
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix, extra={
         "PGBRIDGE_POSTGRES__TABLES": "public.orders",
         "PGBRIDGE_KAFKA__MESSAGE_KEY_COLUMNS": json.dumps({"public.orders": ["region"]})})
-    report = _check(env)
+    report = check(env)
     assert any("public.orders.region may be null" in line for line in report.stdout.splitlines()), report.stdout
 
 

@@ -239,8 +239,3 @@ def test_killed_cluster_recovers_committed_rows(pg_cluster_factory: PgClusterFac
     assert cluster.execute("SELECT count(*) FROM kept") == [(1,)]
 
 
-def test_wait_until_returns_the_first_truthy_value_or_fails_with_the_message() -> None:
-    values = iter([0, None, 7])
-    assert wait_until(lambda: next(values), timeout=5, interval=0.01, message="a value") == 7
-    with pytest.raises(AssertionError, match=r"the answer.*last value: 0"):
-        wait_until(lambda: 0, timeout=0.05, interval=0.01, message="the answer")

@@ -10,10 +10,7 @@ monitoring and the HA leader lock; ``pgbridge check`` passes as that role. With 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,7 @@ from pgbridge.metrics import HEARTBEATS_TOTAL, LEADER, SLOT_RETAINED_WAL_BYTES
 from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
+from tests.support.cli import check
 from tests.support.http import metric, scrape
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
@@ -131,11 +129,6 @@ def _assert_labels_bounded(samples: dict[tuple[str, tuple[tuple[str, str], ...]]
             assert label == "le" or not any(part in value for part in private), (name, label, value)
 
 
-def _check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", "check"], env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
-
 
 def test_the_documented_grants_are_enough_for_every_feature(
         roles: Roles, kafka_broker: Broker, topic_prefix: str) -> None:
@@ -147,7 +140,7 @@ def test_the_documented_grants_are_enough_for_every_feature(
     env = bridge_env(roles.bridge_dsn, kafka_broker.bootstrap, topic_prefix, extra={
         "PGBRIDGE_POSTGRES__HEARTBEAT_INTERVAL_S": "1", "PGBRIDGE_POSTGRES__SLOT_CHECK_INTERVAL_S": "1",
         "PGBRIDGE_HA__LEADER_ELECTION": "true", "PGBRIDGE_SNAPSHOT__CHUNK_ROWS": "100"})
-    checked = _check(env)
+    checked = check(env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     with BridgeProcess(env).start(http=True) as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(roles.admin_dsn, topic_prefix), timeout=90,
@@ -182,13 +175,13 @@ def test_check_names_each_missing_grant(roles: Roles, kafka_broker: Broker, topi
     # a login with nothing else: no REPLICATION, no USAGE, no SELECT; the publication not there yet
     _run_as(roles.admin_dsn, [f"CREATE ROLE {roles.bridge} LOGIN"])
     env = bridge_env(roles.bridge_dsn, kafka_broker.bootstrap, topic_prefix)
-    result = _check(env)
+    result = check(env)
     assert result.returncode == 1
     assert f"ALTER ROLE {roles.bridge} WITH REPLICATION;" in result.stdout, result.stdout
     assert f"CREATE PUBLICATION {topic_prefix} FOR TABLE" in result.stdout, result.stdout
 
     _run_as(roles.owner_dsn, [f"CREATE PUBLICATION {topic_prefix} FOR TABLE shop.customers, shop.orders"])
-    result = _check(env)
+    result = check(env)
     assert result.returncode == 1
     for fix in (f"GRANT USAGE ON SCHEMA shop TO {roles.bridge};",
                 f"GRANT SELECT ON shop.customers TO {roles.bridge};",
@@ -201,10 +194,10 @@ def test_check_names_each_missing_grant(roles: Roles, kafka_broker: Broker, topi
     emit = _emit_message_functions(roles.admin_dsn)  # Postgres 17 added a fourth argument
     _run_as(roles.admin_dsn, [f"REVOKE EXECUTE ON FUNCTION {f} FROM PUBLIC" for f in emit])
     try:
-        result = _check(env)
+        result = check(env)
         text_variant = next(f for f in emit if f.split("(")[1].rstrip(")").replace(" ", "").split(",")[2] == "text")
         assert f"GRANT EXECUTE ON FUNCTION {text_variant} TO {roles.bridge};" in result.stdout, result.stdout
     finally:
         _run_as(roles.admin_dsn, [f"GRANT EXECUTE ON FUNCTION {f} TO PUBLIC" for f in emit])
-    result = _check(env)
+    result = check(env)
     assert result.returncode == 0, result.stdout

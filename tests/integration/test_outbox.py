@@ -6,15 +6,12 @@ out; ``pgbridge check`` names a missing column and an outbox topic inside the pr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import psycopg
 import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
+from tests.support.cli import check
 from tests.support.kafka import Record, list_topics, read_topics
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
@@ -101,18 +98,13 @@ def test_outbox_inserts_become_events_per_aggregate_in_commit_order(
         (b"42", b"\x00\xff\x10", {"id": b"7", "type": b"Stored"})]
 
 
-def _check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", "check"], capture_output=True, text=True,
-                          timeout=120, env={**clean, **env})
-
 
 def test_check_names_a_missing_outbox_column_and_a_topic_inside_the_prefix(
         pg_dsn: str, kafka_broker: Broker) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text);"
                      "CREATE PUBLICATION pub FOR TABLE outbox")
-    result = _check({"PGBRIDGE_POSTGRES__DSN": pg_dsn, "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
+    result = check({"PGBRIDGE_POSTGRES__DSN": pg_dsn, "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
                      "PGBRIDGE_POSTGRES__PUBLICATION": "pub", "PGBRIDGE_KAFKA__TOPIC_PREFIX": "app",
                      "PGBRIDGE_OUTBOX__TABLES": "public.outbox", "PGBRIDGE_OUTBOX__TOPIC": "app.events.{aggregate_type}"})
     assert result.returncode == 1, result.stdout + result.stderr

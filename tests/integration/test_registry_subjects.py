@@ -16,14 +16,13 @@ import subprocess
 import sys
 from typing import Any
 
-import psycopg
 import pytest
 
 from pgbridge.consumer import RegistrySchemaStore
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic, read_topics
-from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
+from tests.support.postgres import commit_bound, run_sql, slot_confirmed_flush_lsn
 from tests.support.registry import SchemaRegistry
 from tests.support.waiting import wait_until
 
@@ -40,11 +39,6 @@ def _env(dsn: str, broker: Broker, prefix: str, registry_url: str, **registry: s
                                 for name, value in registry.items()}})
 
 
-def _sql(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
 
 def _schemas(env: dict[str, str], *args: str) -> Any:
     printed = subprocess.run([sys.executable, "-m", "pgbridge", "schemas", *args], env=env, capture_output=True,
@@ -59,7 +53,7 @@ def _stream_one_row(dsn: str, broker: Broker, prefix: str, env: dict[str, str]) 
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix) is not None, timeout=60,
                    message=f"no slot: {bridge.log()}")
-        _sql(dsn, "INSERT INTO items VALUES (1, 10)")
+        run_sql(dsn, "INSERT INTO items VALUES (1, 10)")
         records = read_topics(broker.bootstrap, [topic, f"{prefix}.transactions"],
                               min_count={topic: 1, f"{prefix}.transactions": 2}, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
@@ -76,7 +70,7 @@ def test_each_subject_name_strategy_registers_under_its_subjects(pg_dsn: str, ka
                                                                  registry: SchemaRegistry, topic_prefix: str,
                                                                  strategy: str, expected: list[str]) -> None:
     # given
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     names = {"topic": topic, "prefix": topic_prefix, "ns": f"{topic_prefix.replace('-', '_')}.public.items"}
     subjects_of = [subject.format(**names) for subject in expected]  # table key, value; transaction key, value
@@ -105,7 +99,7 @@ def test_each_subject_name_strategy_registers_under_its_subjects(pg_dsn: str, ka
 def test_lookup_only_uses_the_schemas_registered_beforehand(pg_dsn: str, kafka_broker: Broker,
                                                              registry: SchemaRegistry, topic_prefix: str) -> None:
     # given: every subject pgbridge schemas --subjects lists, registered by the operator
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     env = _env(pg_dsn, kafka_broker, topic_prefix, registry.url, auto_register="false")
     ids = {entry["subject"]: registry.register(entry["subject"], entry["schema"])
            for entry in _schemas(env, "--subjects")}
@@ -129,7 +123,7 @@ def test_lookup_only_stops_naming_a_missing_subject_and_confirms_nothing(pg_dsn:
                                                                          registry: SchemaRegistry,
                                                                          topic_prefix: str) -> None:
     # given: everything registered except the table's value subject
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     missing = f"{topic}-value"
     env = _env(pg_dsn, kafka_broker, topic_prefix, registry.url, auto_register="false")

@@ -7,7 +7,6 @@ one topic keeping distinct keys; ``pgbridge check`` names bad routes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
+from tests.support.cli import check
 from tests.support.kafka import Record, list_topics, read_topics
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
@@ -110,20 +110,6 @@ def test_without_tombstones_a_delete_is_its_delete_record_alone(
         ({"id": 1}, "c"), ({"id": 1}, "d"), ({"id": 2}, "c")]
 
 
-def _check(**env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", "check"], capture_output=True, text=True,
-                          timeout=120, env={**clean, "PGBRIDGE_POSTGRES__DSN": "x",
-                                            "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "k", **env})
-
-
-def test_check_names_an_unknown_skipped_operation() -> None:
-    result = _check(PGBRIDGE_KAFKA__SKIPPED_OPERATIONS="c,insert")
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert "kafka.skipped_operations" in result.stderr
-
-
 ROUTES = json.dumps([{"match": r"public\.rt_(a|b)", "topic": "merged.ab"},
                      {"match": r"public\.(rt_c)", "topic": r"solo.\1"}])
 
@@ -204,20 +190,13 @@ def test_routed_tables_publish_to_their_topics_and_keys_stay_unique_on_a_shared_
     assert [f["name"] for f in by_table["public.rt_c"]["key"]["fields"]] == ["id"]
 
 
-def test_check_names_a_route_onto_an_internal_topic() -> None:
-    result = _check(PGBRIDGE_KAFKA__TOPIC_ROUTES=json.dumps([{"match": r"public\.(.*)", "topic": "_x.y"}]))
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert "kafka.topic_routes" in result.stderr and "internal to pgbridge" in result.stderr
-
-
 def test_check_names_a_table_its_route_gives_an_invalid_topic(pg_dsn: str, kafka_broker: Broker) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute('CREATE TABLE "bad name" (id int PRIMARY KEY); CREATE TABLE good (id int PRIMARY KEY);'
                      'CREATE PUBLICATION pub FOR TABLE "bad name", good')
     routes = json.dumps([{"match": r"public\.(.*)", "topic": r"cdc.\1"}])
-    result = _check(PGBRIDGE_POSTGRES__DSN=pg_dsn, PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS=kafka_broker.bootstrap,
-                    PGBRIDGE_POSTGRES__PUBLICATION="pub", PGBRIDGE_KAFKA__TOPIC_ROUTES=routes)
+    result = check({"PGBRIDGE_POSTGRES__DSN": pg_dsn, "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
+                    "PGBRIDGE_POSTGRES__PUBLICATION": "pub", "PGBRIDGE_KAFKA__TOPIC_ROUTES": routes})
     assert result.returncode == 1, result.stdout + result.stderr
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "topic_routes" in line]
     assert len(lines) == 1, result.stdout + result.stderr

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 
-import psycopg
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -23,7 +22,7 @@ from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics, read_topic, read_topics
 from tests.support.ports import free_port
-from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn
+from tests.support.postgres import commit_bound, run_sql, slot_confirmed_flush_lsn
 from tests.support.registry import SchemaRegistry, start_registry
 from tests.support.waiting import wait_until
 
@@ -38,11 +37,6 @@ def _env(dsn: str, broker: Broker, prefix: str, registry_url: str, snapshot: str
                              "PGBRIDGE_SCHEMA_REGISTRY__URL": registry_url})
 
 
-def _sql(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
 
 def _slot_exists(dsn: str, slot: str) -> bool:
     return slot_confirmed_flush_lsn(dsn, slot) is not None
@@ -52,12 +46,12 @@ def test_records_round_trip_through_the_registry_in_confluent_framing(pg_dsn: st
                                                                       registry: SchemaRegistry,
                                                                       topic_prefix: str) -> None:
     # given
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
         # when
-        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, NULL)",
+        run_sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, NULL)",
              "UPDATE items SET v = 11 WHERE id = 1", "DELETE FROM items WHERE id = 2")
         records = read_topics(kafka_broker.bootstrap, [topic, f"{topic_prefix}.transactions"],
                               min_count={topic: 5, f"{topic_prefix}.transactions": 6}, timeout=60)
@@ -88,18 +82,18 @@ def test_records_round_trip_through_the_registry_in_confluent_framing(pg_dsn: st
 def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
         pg_dsn: str, kafka_broker: Broker, registry: SchemaRegistry, topic_prefix: str) -> None:
     # given: the value subject holds the table's first schema, under BACKWARD compatibility
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     subject = f"{topic}-value"
     env = _env(pg_dsn, kafka_broker, topic_prefix, registry.url)
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
-        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        run_sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
         client = SchemaRegistryClient({"url": registry.url})
         client.set_compatibility(subject, "BACKWARD")
         # when: a column changes type int → text, which a reader of the new schema cannot resolve
-        _sql(pg_dsn, "ALTER TABLE items ALTER COLUMN v TYPE text")
+        run_sql(pg_dsn, "ALTER TABLE items ALTER COLUMN v TYPE text")
         bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 'two', 'second')")
         # then: pgbridge stops with one line that names the subject and the registry's reason
         assert bridge.process is not None
@@ -135,7 +129,7 @@ def test_a_compatibility_rejection_stops_without_confirming_the_rejected_change(
 def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str, kafka_broker: Broker,
                                                                     topic_prefix: str) -> None:
     # given: existing rows, and a registry that is not listening yet
-    _sql(pg_dsn, TABLE, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, 'two')")
+    run_sql(pg_dsn, TABLE, "INSERT INTO items VALUES (1, 10, 'one'), (2, 20, 'two')")
     topic = f"{topic_prefix}.public.items"
     registry = SchemaRegistry()
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url, snapshot="initial")).start() \
@@ -147,7 +141,7 @@ def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str,
         with registry.start():
             # then: it snapshots and streams once the registry is up
             wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=90, message=f"no slot: {bridge.log()}")
-            _sql(pg_dsn, "INSERT INTO items VALUES (3, 30, 'three')")
+            run_sql(pg_dsn, "INSERT INTO items VALUES (3, 30, 'three')")
             records = read_topic(kafka_broker.bootstrap, topic, min_count=3, timeout=60)
             assert bridge.terminate() == 0, bridge.log()
             store = RegistrySchemaStore({"url": registry.url})
@@ -159,16 +153,16 @@ def test_an_unreachable_registry_at_start_is_retried_until_it_is_up(pg_dsn: str,
 def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, kafka_broker: Broker,
                                                                    topic_prefix: str) -> None:
     # given: streaming, with the first schema of the table registered
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     with start_registry() as registry, \
             BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
-        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        run_sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
         # when: the registry hangs (SIGSTOP: connections open, no answers) just as the table's shape changes
         registry.pause()
-        _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int")
+        run_sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int")
         bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (2, 20, 'two', 2)")
         wait_until(lambda: f"for subject {topic}-value" in bridge.log(), timeout=120,
                    message=f"no registration failure logged: {bridge.log()}")
@@ -191,7 +185,7 @@ def test_check_reports_an_unreachable_registry_and_schemas_still_prints(pg_dsn: 
                                                                         kafka_broker: Broker,
                                                                         registry: SchemaRegistry,
                                                                         topic_prefix: str) -> None:
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     down = f"http://127.0.0.1:{free_port()}"
     env = _env(pg_dsn, kafka_broker, topic_prefix, down)
     check = subprocess.run([sys.executable, "-m", "pgbridge", "check"], env=env, capture_output=True,
@@ -215,18 +209,18 @@ def test_a_compatible_evolution_is_registered_and_an_old_consumer_still_reads_it
 
     import fastavro
 
-    _sql(pg_dsn, TABLE)
+    run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
     subject = f"{topic}-value"
     registry.set_compatibility("BACKWARD", subject)
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
-        _sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
+        run_sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
         store = RegistrySchemaStore({"url": registry.url})
         old_reader = fastavro.parse_schema(store.schema(registry.subjects()[subject][0]))
         # when: a nullable column is added (a BACKWARD-compatible change) and used
-        _sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int", "INSERT INTO items VALUES (2, 20, 'two', 2)")
+        run_sql(pg_dsn, "ALTER TABLE items ADD COLUMN extra int", "INSERT INTO items VALUES (2, 20, 'two', 2)")
         records = read_topic(kafka_broker.bootstrap, topic, min_count=2, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
     # then: the registry accepted a second version, and the old consumer resolves the new records

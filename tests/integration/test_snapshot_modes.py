@@ -7,9 +7,6 @@ and incremental snapshots but not the stream, and bad ones are named by ``check`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import psycopg
@@ -19,6 +16,7 @@ from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, decode_records, load_schemas, read_events
 from tests.support.broker import Broker
 from tests.support.churn import Churn, create_filled_table
+from tests.support.cli import pgbridge
 from tests.support.kafka import list_topics, read_topic
 from tests.support.postgres import PgClusterFactory, create_database, execute, slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
@@ -163,14 +161,14 @@ def test_when_needed_snapshots_again_after_the_slot_was_invalidated_and_initial_
         wait_until(invalidated, timeout=120, interval=0.1, message="the slot was never invalidated")
 
     # then: snapshot.mode=initial refuses the slot with its clear error, in check and in run
-    checked = _pgbridge("check", _env(dsn, kafka_broker, topic_prefix, "initial"))
+    checked = pgbridge("check", env=_env(dsn, kafka_broker, topic_prefix, "initial"), timeout=300)
     assert checked.returncode == 1 and any("was invalidated" in line and "when_needed" in line
                                            for line in checked.stdout.splitlines()), checked.stdout
     with BridgeProcess(_env(dsn, kafka_broker, topic_prefix, "initial")).start() as refused:
         assert _wait_exit(refused) == 1, refused.log()[-4000:]
     assert "was invalidated" in refused.log() and "slot drop" in refused.log()
     # and: check tells that when_needed will recover
-    checked = _pgbridge("check", _env(dsn, kafka_broker, topic_prefix, "when_needed"))
+    checked = pgbridge("check", env=_env(dsn, kafka_broker, topic_prefix, "when_needed"), timeout=300)
     assert checked.returncode == 0 and any(line.startswith("warning:") and "run drops it" in line
                                            for line in checked.stdout.splitlines()), checked.stdout
 
@@ -191,11 +189,6 @@ def test_when_needed_snapshots_again_after_the_slot_was_invalidated_and_initial_
     got, want = replay(events), table_state(dsn, TABLE, ("id",))
     assert not diff_states(got, want), diff_states(got, want)
 
-
-def _pgbridge(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", command], env={**clean, **env},
-                          capture_output=True, text=True, timeout=300)
 
 
 def test_filters_thin_the_initial_and_incremental_snapshots_but_not_the_stream(
@@ -235,8 +228,8 @@ def test_bad_filters_are_one_line_each_in_check_and_stop_run_with_exit_2(
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=120, message="no slot")
         assert bridge.terminate() == 0  # the publication exists from here on
     # when: check, then run, with the bad filters
-    checked = _pgbridge("check", env)
-    ran = _pgbridge("run", env)
+    checked = pgbridge("check", env=env, timeout=300)
+    ran = pgbridge("run", env=env, timeout=300)
     # then: each filter is one line naming it and its fix; run refuses to start
     assert checked.returncode == 1, checked.stdout + checked.stderr
     lines = checked.stdout.splitlines()
@@ -247,5 +240,5 @@ def test_bad_filters_are_one_line_each_in_check_and_stop_run_with_exit_2(
     errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "snapshot.filters" in errors[0], ran.stderr[-3000:]
     # and: a condition naming a missing column is refused too
-    unknown = _pgbridge("check", {**env, "PGBRIDGE_SNAPSHOT__FILTERS": json.dumps({TABLE: "nope > 1"})})
+    unknown = pgbridge("check", env={**env, "PGBRIDGE_SNAPSHOT__FILTERS": json.dumps({TABLE: "nope > 1"})}, timeout=300)
     assert any(f"condition of {TABLE} is invalid" in line and "nope" in line for line in unknown.stdout.splitlines())

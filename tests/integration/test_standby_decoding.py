@@ -15,10 +15,7 @@ primary. Postgres 15 cannot decode on a standby: pgbridge refuses it with the re
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 
 import psycopg
@@ -28,6 +25,7 @@ from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.churn import Churn, create_filled_table
+from tests.support.cli import pgbridge
 from tests.support.http import metric, scrape
 from tests.support.postgres import (
     PgCluster,
@@ -61,11 +59,6 @@ def _wait_replayed(primary_dsn: str, standby_dsn: str, *, timeout: float = 60.0)
                message=f"the standby never replayed {target:X}")
 
 
-def _pgbridge(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", command], env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
-
 
 def _standby_pair(factory: PgClusterFactory, version: int) -> tuple[PgCluster, PgCluster]:
     """A primary (wal_level = logical, from the harness defaults) with database ``app`` holding the
@@ -90,11 +83,11 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
             "PGBRIDGE_POSTGRES__HEARTBEAT_INTERVAL_S": "1", "PGBRIDGE_POSTGRES__SLOT_CHECK_INTERVAL_S": "1"})
         # the publication cannot be created on the standby: check and run name the statement for the primary
         _wait_replayed(primary_dsn, standby_dsn)
-        check = _pgbridge("check", env)
+        check = pgbridge("check", env=env)
         assert "connected to a standby (in recovery)" in check.stdout, check.stdout + check.stderr
         assert f"publication {topic_prefix} does not exist on this standby" in check.stdout, check.stdout
         assert f"on the primary (it replicates to the standby): CREATE PUBLICATION {topic_prefix}" in check.stdout
-        refused = _pgbridge("run", env)
+        refused = pgbridge("run", env=env)
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert f"publication {topic_prefix} does not exist on the standby" in refused.stderr, refused.stderr
         assert f"create it on the primary; it replicates to the standby: CREATE PUBLICATION {topic_prefix} FOR " \
@@ -122,7 +115,10 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
             execute(primary_dsn, emit_signal_sql(["public.items"]))
             wait_until(lambda: "incremental snapshot of table done table=public.items" in bridge.log(), timeout=120,
                        interval=0.2, message=f"the incremental snapshot never finished: {bridge.log()[-3000:]}")
-            time.sleep(2.0)
+            # streaming goes on after the snapshot: the churn's changes made since are confirmed
+            after_snapshot = wal_insert_lsn(primary_dsn)
+            wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) > after_snapshot,
+                       timeout=120, interval=0.2, message="nothing streamed after the incremental snapshot")
             transactions = sum(churn.stop() for churn in churns)
             # then: caught up to everything the primary wrote, the slot on the standby has advanced
             target = wal_insert_lsn(primary_dsn)
@@ -186,11 +182,11 @@ def test_a_postgres_15_standby_is_refused_with_the_reason(pg_cluster_factory: Pg
         execute(primary.dsn("app"), f"CREATE PUBLICATION {topic_prefix} FOR TABLE {', '.join(TABLES)}")
         _wait_replayed(primary.dsn("app"), standby.dsn("app"))
         env = bridge_env(standby.dsn("app"), kafka_broker.bootstrap, topic_prefix)
-        result = _pgbridge("run", env)
+        result = pgbridge("run", env=env)
         assert result.returncode == 1, result.stdout + result.stderr
         assert "is a standby (in recovery) running Postgres 15: logical decoding on a standby needs Postgres 16+" \
             in result.stderr, result.stderr
-        check = _pgbridge("check", env)
+        check = pgbridge("check", env=env)
         assert check.returncode == 1
         assert "decoding on a standby needs Postgres 16+" in check.stdout, check.stdout
         with psycopg.connect(standby.dsn("app")) as conn:
@@ -213,11 +209,11 @@ def test_a_primary_below_wal_level_logical_and_missing_feedback_are_named(
         env = bridge_env(standby.dsn("app"), kafka_broker.bootstrap, topic_prefix,
                          extra={"PGBRIDGE_POSTGRES__PRIMARY_DSN": primary.dsn("app")})
         # when / then: check names what it can see on the standby
-        check = _pgbridge("check", env)
+        check = pgbridge("check", env=env)
         assert "warning: hot_standby_feedback is off on the standby" in check.stdout, check.stdout
         assert "warning: the standby replicates without a physical slot" in check.stdout, check.stdout
         # and run stops at the slot's creation, naming the primary's wal_level and the fix
-        result = _pgbridge("run", env)
+        result = pgbridge("run", env=env)
         assert result.returncode == 1, result.stdout + result.stderr
         assert 'requires "wal_level" >= "logical" on the primary' in result.stderr, result.stderr
         assert "on the primary: ALTER SYSTEM SET wal_level = logical" in result.stderr, result.stderr

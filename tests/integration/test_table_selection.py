@@ -18,7 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
+from tests.support.cli import check
 from tests.support.kafka import list_topics
+from tests.support.postgres import run_sql
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -27,11 +29,6 @@ pytestmark = pytest.mark.integration
 ROWS = 20
 DROPPED_LOG = "dropping changes of a table that is in the stream but not selected"
 
-
-def _sql(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def _fetch(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -64,7 +61,7 @@ def _assert_replays(bootstrap: str, dsn: str, prefix: str, table: str, keys: tup
 
 def _create_tables(dsn: str, *names: str) -> None:
     for name in names:
-        _sql(dsn, f"CREATE TABLE {name} (id int PRIMARY KEY, note text)",
+        run_sql(dsn, f"CREATE TABLE {name} (id int PRIMARY KEY, note text)",
              f"INSERT INTO {name} SELECT i, 'row ' || i FROM generate_series(1, {ROWS}) i")
 
 
@@ -72,9 +69,9 @@ def test_include_and_exclude_select_the_publication_topics_and_rows(
         pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
     # given: public.orders (selected), public.orders_audit (included, then excluded), a partitioned
     # public.events (selected, through its root), other.skipped (not included)
-    _sql(pg_dsn, "CREATE SCHEMA other")
+    run_sql(pg_dsn, "CREATE SCHEMA other")
     _create_tables(pg_dsn, "public.orders", "public.orders_audit", "other.skipped")
-    _sql(pg_dsn, "CREATE TABLE public.events (id int, day date, note text, PRIMARY KEY (id, day))"
+    run_sql(pg_dsn, "CREATE TABLE public.events (id int, day date, note text, PRIMARY KEY (id, day))"
                  " PARTITION BY RANGE (day)",
          "CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')",
          "CREATE TABLE public.events_2026 PARTITION OF public.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
@@ -89,7 +86,7 @@ def test_include_and_exclude_select_the_publication_topics_and_rows(
         # then: the publication holds exactly the selection, the partitioned table through its root
         assert _published(pg_dsn, topic_prefix) == {"public.orders", "public.events"}
         # when: changes to every table, and two tables created later: one matching, one excluded
-        _sql(pg_dsn, "INSERT INTO public.orders VALUES (100, 'new')", "UPDATE public.orders SET note = 'x' WHERE id < 5",
+        run_sql(pg_dsn, "INSERT INTO public.orders VALUES (100, 'new')", "UPDATE public.orders SET note = 'x' WHERE id < 5",
              "DELETE FROM public.orders WHERE id = 6", "INSERT INTO public.orders_audit VALUES (100, 'no')",
              "INSERT INTO other.skipped VALUES (100, 'no')",
              "INSERT INTO public.events VALUES (100, '2026-03-01', 'new')",
@@ -97,7 +94,7 @@ def test_include_and_exclude_select_the_publication_topics_and_rows(
         _create_tables(pg_dsn, "public.late", "public.late_audit")
         wait_until(lambda: "incremental snapshot of table done" in bridge.log(), timeout=90, interval=0.5,
                    message=f"the new matching table was never snapshotted: {bridge.log()[-3000:]}")
-        _sql(pg_dsn, "INSERT INTO public.late VALUES (100, 'streamed')", "DELETE FROM public.late WHERE id = 1",
+        run_sql(pg_dsn, "INSERT INTO public.late VALUES (100, 'streamed')", "DELETE FROM public.late WHERE id = 1",
              "INSERT INTO public.late_audit VALUES (100, 'no')")
         wait_caught_up(pg_dsn, topic_prefix, timeout=60)
         # then: exactly the selected tables' topics, each replaying to its table
@@ -127,8 +124,8 @@ def test_all_tables_publication_is_filtered_in_stream(pg_dsn: str, kafka_broker:
             conn.execute("INSERT INTO public.unselected VALUES (100, 'no')")
             conn.execute("INSERT INTO public.kept VALUES (100, 'yes')")
             conn.execute("UPDATE public.unselected SET note = 'no' WHERE id = 1")
-        _sql(pg_dsn, "UPDATE public.unselected SET note = 'still no'", "TRUNCATE public.unselected")
-        _sql(pg_dsn, "INSERT INTO public.kept VALUES (101, 'yes')")
+        run_sql(pg_dsn, "UPDATE public.unselected SET note = 'still no'", "TRUNCATE public.unselected")
+        run_sql(pg_dsn, "INSERT INTO public.kept VALUES (101, 'yes')")
         wait_caught_up(pg_dsn, topic_prefix, timeout=60)
         # then: the unselected table appears nowhere; the in-stream filter is what dropped it
         assert _table_topics(kafka_broker.bootstrap, topic_prefix) == {f"{topic_prefix}.public.kept"}
@@ -172,13 +169,13 @@ def test_disabled_mode_needs_the_publication_and_never_alters_it(
                 in bridge.log()), bridge.log()
     assert not _fetch(pg_dsn, "SELECT 1 FROM pg_publication WHERE pubname = %s", topic_prefix)
     # when: a DBA made it with more tables than the selection
-    _sql(pg_dsn, f"CREATE PUBLICATION {topic_prefix} FOR TABLE public.unselected")
+    run_sql(pg_dsn, f"CREATE PUBLICATION {topic_prefix} FOR TABLE public.unselected")
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=90, interval=0.3,
                    message=f"the bridge never started: {bridge.log()[-2000:]}")
-        _sql(pg_dsn, "INSERT INTO public.unselected VALUES (100, 'no')")
-        _sql(pg_dsn, f"ALTER PUBLICATION {topic_prefix} ADD TABLE public.kept")
-        _sql(pg_dsn, "INSERT INTO public.kept VALUES (100, 'yes')", "INSERT INTO public.unselected VALUES (101, 'no')")
+        run_sql(pg_dsn, "INSERT INTO public.unselected VALUES (100, 'no')")
+        run_sql(pg_dsn, f"ALTER PUBLICATION {topic_prefix} ADD TABLE public.kept")
+        run_sql(pg_dsn, "INSERT INTO public.kept VALUES (100, 'yes')", "INSERT INTO public.unselected VALUES (101, 'no')")
         wait_caught_up(pg_dsn, topic_prefix, timeout=60)
         # then: pgbridge left the publication as it was and streamed only the selection
         assert _published(pg_dsn, topic_prefix) == {"public.kept", "public.unselected"}
@@ -188,11 +185,6 @@ def test_disabled_mode_needs_the_publication_and_never_alters_it(
         assert DROPPED_LOG in bridge.log()
         assert bridge.terminate() == 0, bridge.log()
 
-
-def _check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
-    return subprocess.run([sys.executable, "-m", "pgbridge", "check"], env={**clean, **env},
-                          capture_output=True, text=True, timeout=120)
 
 
 def _check_env(dsn: str, bootstrap: str, **extra: str) -> dict[str, str]:
@@ -204,35 +196,35 @@ def test_check_names_each_selection_misconfiguration(pg_dsn: str, kafka_broker: 
     _create_tables(pg_dsn, "public.kept")
     bootstrap = kafka_broker.bootstrap
     # patterns that match nothing
-    result = _check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"shop\..*"))
+    result = check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"shop\..*"))
     assert result.returncode == 1
     assert any(r"postgres.table_include shop\..* match no table" in line and "fix:" in line
                for line in result.stdout.splitlines()), result.stdout
     # the selection alone passes: run would create the publication
-    result = _check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*"))
+    result = check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*"))
     assert result.returncode == 0, result.stdout + result.stderr
     # disabled with no publication: the statement to run
-    result = _check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*",
+    result = check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*",
                                PGBRIDGE_POSTGRES__PUBLICATION_MODE="disabled"))
     assert result.returncode == 1
     assert any("publication_mode is disabled" in line and "CREATE PUBLICATION pub FOR TABLE public.kept" in line
                for line in result.stdout.splitlines()), result.stdout
     # all_tables as a role that is not a superuser: the superuser fix
     user = f"{topic_prefix}_bridge"
-    _sql(pg_dsn, f"CREATE ROLE {user} LOGIN REPLICATION", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {user}")
+    run_sql(pg_dsn, f"CREATE ROLE {user} LOGIN REPLICATION", f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {user}")
     try:
         params = conninfo_to_dict(pg_dsn)
         params["user"] = user
-        result = _check(_check_env(make_conninfo("", **params), bootstrap,
+        result = check(_check_env(make_conninfo("", **params), bootstrap,
                                    PGBRIDGE_POSTGRES__PUBLICATION_MODE="all_tables"))
         assert result.returncode == 1
         assert any("FOR ALL TABLES needs a superuser" in line and f"ALTER ROLE {user} SUPERUSER" in line
                    and "CREATE PUBLICATION pub FOR ALL TABLES" in line
                    for line in result.stdout.splitlines()), result.stdout
     finally:
-        _sql(pg_dsn, f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {user}", f"DROP ROLE {user}")
+        run_sql(pg_dsn, f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {user}", f"DROP ROLE {user}")
     # postgres.tables together with a pattern: a configuration error naming both keys
-    result = _check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLES="public.kept",
+    result = check(_check_env(pg_dsn, bootstrap, PGBRIDGE_POSTGRES__TABLES="public.kept",
                                PGBRIDGE_POSTGRES__TABLE_INCLUDE=r"public\..*"))
     assert result.returncode == 2
     assert "postgres.tables and postgres.table_include" in result.stderr
@@ -248,7 +240,7 @@ def test_drop_slot_on_stop_drops_it_after_sigterm_and_never_after_a_crash(
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=90, interval=0.3,
                    message=f"the bridge never started: {bridge.log()[-2000:]}")
         assert "postgres.drop_slot_on_stop is on" in bridge.log()  # warned at start
-        _sql(pg_dsn, "INSERT INTO public.kept VALUES (100, 'before the crash')")
+        run_sql(pg_dsn, "INSERT INTO public.kept VALUES (100, 'before the crash')")
         wait_caught_up(pg_dsn, topic_prefix, timeout=60)
         bridge.kill()
     # then: the slot is still there
@@ -257,7 +249,7 @@ def test_drop_slot_on_stop_drops_it_after_sigterm_and_never_after_a_crash(
     with BridgeProcess(env).start() as bridge:
         wait_until(lambda: "replicating" in bridge.log(), timeout=90, interval=0.3,
                    message=f"the bridge never resumed: {bridge.log()[-2000:]}")
-        _sql(pg_dsn, "INSERT INTO public.kept VALUES (101, 'before the stop')")
+        run_sql(pg_dsn, "INSERT INTO public.kept VALUES (101, 'before the stop')")
         wait_caught_up(pg_dsn, topic_prefix, timeout=60)
         assert bridge.terminate() == 0, bridge.log()
         # then: the slot is gone, said in the log, and what was committed before the stop is in Kafka
@@ -283,7 +275,7 @@ def test_schemas_prints_the_selected_tables(pg_dsn: str, kafka_broker: Broker) -
     assert result.returncode == 0, result.stderr
     assert [t["table"] for t in json.loads(result.stdout)] == ["public.kept", "public.kept_too"]
     # given: a FOR ALL TABLES publication that publishes the third table too
-    _sql(pg_dsn, "CREATE PUBLICATION pub FOR ALL TABLES")
+    run_sql(pg_dsn, "CREATE PUBLICATION pub FOR ALL TABLES")
     try:
         # when / then: only the tables the in-stream filter keeps
         result = _schemas(_check_env(pg_dsn, kafka_broker.bootstrap, PGBRIDGE_POSTGRES__PUBLICATION_MODE="all_tables",
@@ -294,4 +286,4 @@ def test_schemas_prints_the_selected_tables(pg_dsn: str, kafka_broker: Broker) -
         result = _schemas(_check_env(pg_dsn, kafka_broker.bootstrap))
         assert [t["table"] for t in json.loads(result.stdout)] == ["public.dropped", "public.kept", "public.kept_too"]
     finally:
-        _sql(pg_dsn, "DROP PUBLICATION pub")
+        run_sql(pg_dsn, "DROP PUBLICATION pub")

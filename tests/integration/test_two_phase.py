@@ -15,7 +15,7 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker, require_transactions
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
-from tests.support.postgres import execute, slot_confirmed_flush_lsn
+from tests.support.postgres import execute, run_sql, slot_confirmed_flush_lsn
 from tests.support.transactions import (
     insert_lsn,
     streaming_cluster,
@@ -54,11 +54,6 @@ def _prepare(dsn: str, gid: str, statements: list[str]) -> int:
         conn.execute(f"PREPARE TRANSACTION '{gid}'")
     return before_prepare
 
-
-def _run(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def _events(bootstrap: str, prefix: str, count: int, *, idle: float = 2.0) -> list[dict[str, Any]]:
@@ -100,14 +95,14 @@ def test_prepared_transaction_is_published_once_at_its_commit_position_across_a_
         require_transactions()
     dsn, bootstrap = streaming_dsn, kafka_broker.bootstrap
     # given
-    _run(dsn, "CREATE TABLE items (id bigint PRIMARY KEY, who text)")
+    run_sql(dsn, "CREATE TABLE items (id bigint PRIMARY KEY, who text)")
     env = _env(dsn, kafka_broker, topic_prefix, exactly_once=mode == "exactly_once")
     bridge = _start(env, dsn, topic_prefix)
     try:
         # when: two transactions are prepared, then ordinary ones commit and are published
         before_p1 = _prepare(dsn, "p1", ["INSERT INTO items VALUES (1, 'p1'), (2, 'p1'), (3, 'p1')"])
         _prepare(dsn, "p2", ["INSERT INTO items VALUES (101, 'p2'), (102, 'p2'), (103, 'p2')"])
-        _run(dsn, "INSERT INTO items VALUES (201, 'plain')", "INSERT INTO items VALUES (202, 'plain')")
+        run_sql(dsn, "INSERT INTO items VALUES (201, 'plain')", "INSERT INTO items VALUES (202, 'plain')")
         assert _ids(_events(bootstrap, topic_prefix, 2)) == [201, 202]  # nothing of p1 or p2
 
         # then: the confirmed LSN stays below the prepared transactions although 202 is acknowledged
@@ -120,10 +115,10 @@ def test_prepared_transaction_is_published_once_at_its_commit_position_across_a_
         # when: pgbridge dies while p1 and p2 are prepared, and comes back
         bridge.kill()
         bridge = _start(env, dsn, topic_prefix, log_from=bridge)
-        _run(dsn, "ROLLBACK PREPARED 'p2'", "INSERT INTO items VALUES (203, 'plain')")
+        run_sql(dsn, "ROLLBACK PREPARED 'p2'", "INSERT INTO items VALUES (203, 'plain')")
         seen = _ids(_first_copies(_events(bootstrap, topic_prefix, 3)))
         assert seen == [201, 202, 203]  # still nothing of p1 before its COMMIT PREPARED
-        _run(dsn, "COMMIT PREPARED 'p1'", "INSERT INTO items VALUES (204, 'plain')")
+        run_sql(dsn, "COMMIT PREPARED 'p1'", "INSERT INTO items VALUES (204, 'plain')")
         events = _events(bootstrap, topic_prefix, 7)
         wait_until(lambda: (slot_confirmed_flush_lsn(dsn, topic_prefix) or 0) > before_p1, timeout=30,
                    message="the confirmed LSN did not move past p1 after its COMMIT PREPARED")
@@ -155,7 +150,7 @@ def test_streamed_prepared_transaction_is_published_whole_after_commit_prepared(
     dsn, bootstrap = streaming_dsn, kafka_broker.bootstrap
     rows = 20_000
     # given
-    _run(dsn, "CREATE TABLE items (id bigint PRIMARY KEY, who text)")
+    run_sql(dsn, "CREATE TABLE items (id bigint PRIMARY KEY, who text)")
     env = _env(dsn, kafka_broker, topic_prefix)
     bridge = _start(env, dsn, topic_prefix)
     try:
@@ -171,7 +166,7 @@ def test_streamed_prepared_transaction_is_published_whole_after_commit_prepared(
             insert.format(who="big", a=rows // 2 + 1, b=rows),
         ])
         _prepare(dsn, "doomed", [insert.format(who="doomed", a=100_001, b=100_000 + rows)])
-        _run(dsn, "INSERT INTO items VALUES (500001, 'plain')")
+        run_sql(dsn, "INSERT INTO items VALUES (500001, 'plain')")
         assert _ids(_events(bootstrap, topic_prefix, 1)) == [500_001]
         stats = wait_for_streaming(dsn, topic_prefix, transactions=2)
         assert bridge.http_port is not None
@@ -181,7 +176,7 @@ def test_streamed_prepared_transaction_is_published_whole_after_commit_prepared(
 
         bridge.kill()
         bridge = _start(env, dsn, topic_prefix, log_from=bridge)
-        _run(dsn, "ROLLBACK PREPARED 'doomed'", "INSERT INTO items VALUES (500002, 'plain')",
+        run_sql(dsn, "ROLLBACK PREPARED 'doomed'", "INSERT INTO items VALUES (500002, 'plain')",
              "COMMIT PREPARED 'big'", "INSERT INTO items VALUES (500003, 'plain')")
         events = _events(bootstrap, topic_prefix, rows + 3, idle=3.0)
         assert bridge.terminate() == 0, bridge.log()

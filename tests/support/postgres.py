@@ -92,6 +92,13 @@ class PgClusterFactory(Protocol):
 # --- Queries ------------------------------------------------------------------------------------------
 
 
+def run_sql(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in order on one autocommit connection (each its own transaction)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
 def slot_confirmed_flush_lsn(dsn: str, slot: str) -> int | None:
     """The slot's ``confirmed_flush_lsn`` as an int; ``None`` if the slot does not exist or has none."""
     rows = execute(
@@ -294,7 +301,7 @@ class RetryingWriter(threading.Thread):
                             conn.execute("DELETE FROM items WHERE id = %s", ((n * 13) % self.rows + 1,))
                         conn.commit()
                         self.committed += 1
-                        time.sleep(0.005)
+                        time.sleep(0.005)  # pacing the workload, not a wait
             except psycopg.Error:
                 self.failures += 1
                 self.halt.wait(0.2)

@@ -11,7 +11,6 @@ from pgbridge.assemble.units import AssembledEvent, RowChange, TxBegin, TxEnd
 from pgbridge.decode.messages import (
     Begin,
     BeginPrepare,
-    Column,
     Commit,
     CommitPrepared,
     Delete,
@@ -29,6 +28,7 @@ from pgbridge.decode.messages import (
     Update,
 )
 from pgbridge.lsn import Lsn
+from tests.support.relations import relation as build_relation
 
 ITEMS = 16384
 ORDERS = 16390
@@ -39,11 +39,7 @@ ROOMY_BUDGET = 1 << 20  # never reached by these tests
 
 def relation(rel_id: int = ITEMS, name: str = "items", *, xid: int | None = None,
              columns: tuple[str, ...] = ("id", "name")) -> Relation:
-    return Relation(
-        xid=xid, rel_id=rel_id, namespace="public", name=name, replica_identity="d",
-        columns=tuple(Column(is_key=i == 0, name=col, type_oid=25, type_modifier=-1)
-                      for i, col in enumerate(columns)),
-    )
+    return build_relation(*columns, rel_id=rel_id, name=name, xid=xid, key=1)
 
 
 def row(*values: str | None) -> TupleData:

@@ -12,8 +12,8 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from pgbridge.decode.messages import Column, Relation
 from pgbridge.encode.wire import SINGLE_OBJECT_MAGIC, fingerprint_hex
+from tests.support.relations import relation as relation  # the encode tests import it from here
 
 
 class SchemaLog:
@@ -62,15 +62,3 @@ def fastavro_bytes(schema: Any, datum: Any) -> bytes:
     return buffer.getvalue()
 
 
-def relation(*columns: tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, bool],
-             identity: str = "d", namespace: str = "public", name: str = "t", rel_id: int = 16384,
-             xid: int | None = None) -> Relation:
-    """A Relation from ``(name, type_oid[, type_modifier[, is_key]])`` tuples."""
-    built = []
-    for column in columns:
-        col_name, oid = column[0], column[1]
-        typmod = column[2] if len(column) > 2 else -1
-        is_key = column[3] if len(column) > 3 else False
-        built.append(Column(is_key=bool(is_key), name=col_name, type_oid=oid, type_modifier=int(typmod)))
-    return Relation(xid=xid, rel_id=rel_id, namespace=namespace, name=name, replica_identity=identity,
-                    columns=tuple(built))

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from pgbridge.decode.messages import Column, Relation
 from pgbridge.source.keys import usable_key
-
-
-def _relation(*names: str) -> Relation:
-    return Relation(xid=None, rel_id=1, namespace="public", name="t", replica_identity="d",
-                    columns=tuple(Column(is_key=False, name=name, type_oid=23, type_modifier=-1) for name in names))
+from tests.support.relations import relation as _relation
 
 
 def test_the_catalog_key_in_index_order() -> None:

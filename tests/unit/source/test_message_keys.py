@@ -10,18 +10,18 @@ import pytest
 
 from pgbridge.assemble.units import RowChange
 from pgbridge.config import load_settings
-from pgbridge.decode.messages import Column, Relation, TupleData
+from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode import ChangeEncoder, EventContext, SingleObjectRegistrar
 from pgbridge.errors import ConfigError
 from pgbridge.lsn import Lsn
 from pgbridge.publish.routing import TopicRouter
 from pgbridge.source.keys import KeyColumns, message_key, message_keys
+from tests.support.relations import relation
 from tests.unit.encode.avro_helpers import SchemaLog
 
 
 def _relation(identity: str, *columns: tuple[str, bool]) -> Relation:
-    return Relation(xid=None, rel_id=7, namespace="public", name="Orders", replica_identity=identity,
-                    columns=tuple(Column(is_key=key, name=name, type_oid=23, type_modifier=-1) for name, key in columns))
+    return relation(*((name, 23, -1, key) for name, key in columns), identity=identity, rel_id=7, name="Orders")
 
 
 FULL = _relation("f", ("id", True), ("tenant", True), ("amount", True))
