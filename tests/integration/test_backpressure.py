@@ -84,9 +84,9 @@ def test_a_paused_broker_bounds_memory_and_confirms_nothing(pg_dsn: str, fresh_b
             writer.start()
             while writer.is_alive():
                 peak = max(peak, _rss(pid))
-                time.sleep(0.2)
+                time.sleep(0.2)  # the RSS sampling interval, not a wait
             assert not errors, errors
-            for _ in range(10):
+            for _ in range(10):  # and 2 s more of samples: nothing released the held records meanwhile
                 peak = max(peak, _rss(pid))
                 time.sleep(0.2)
             in_flight = metric(scrape(port), "pgbridge_kafka_queue_depth")

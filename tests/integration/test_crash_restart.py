@@ -42,7 +42,7 @@ def test_sigkill_at_random_points_loses_nothing_and_duplicates_are_identical(
         rnd = random.Random(11)
         kills = 0
         while workload.is_alive() and kills < 4:
-            time.sleep(rnd.uniform(0.3, 1.5))
+            time.sleep(rnd.uniform(0.3, 1.5))  # the sleep is the random kill point, not a wait
             bridge.kill()
             kills += 1
             bridge = BridgeProcess(env, log_path=bridge.log_path).start()

@@ -77,7 +77,7 @@ def test_demo_prints_decoded_changes_of_both_tables_and_leaves_nothing_running(t
         try:
             while demo.poll() is None and time.monotonic() < deadline:
                 servers.update(_server_descendants(demo.pid))
-                time.sleep(0.2)
+                time.sleep(0.2)  # sampling the demo's child processes while it runs
         finally:
             if demo.poll() is None:
                 demo.kill()

@@ -31,6 +31,7 @@ from tests.support.postgres import (
     promote_standby,
     slot_confirmed_flush_lsn,
     start_standby,
+    wal_insert_lsn,
 )
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
@@ -87,7 +88,10 @@ def test_bridge_continues_on_the_promoted_standby_without_loss_or_phantoms(
                        interval=0.5, message="pgbridge_slot_failover_synced never 1")
             check = _check_output(env)
             assert f"slot {topic_prefix} is a failover slot protected by synchronized_standby_slots" in check, check
-            time.sleep(2.0)  # the workload runs, the standby's copy of the slot moves on
+            # the workload runs and is delivered (the standby's copy of the slot follows)
+            running = wal_insert_lsn(primary_dsn)
+            wait_until(lambda: (slot_confirmed_flush_lsn(primary_dsn, topic_prefix) or 0) > running, timeout=60,
+                       interval=0.1, message=f"the workload is not delivered: {bridge.log()[-3000:]}")
             # when: the primary dies (kill -9), the standby is promoted
             primary.kill()
             promoted_at = time.monotonic()
@@ -97,7 +101,10 @@ def test_bridge_continues_on_the_promoted_standby_without_loss_or_phantoms(
             wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) >= marker, timeout=90,
                        interval=0.05, message=f"nothing delivered after the promotion: {bridge.log()[-3000:]}")
             first_delivery = time.monotonic() - promoted_at
-            time.sleep(2.0)  # the workload goes on on the promoted server
+            # the workload goes on on the promoted server, and is delivered from there
+            going_on = wal_insert_lsn(standby_dsn)
+            wait_until(lambda: (slot_confirmed_flush_lsn(standby_dsn, topic_prefix) or 0) > going_on, timeout=60,
+                       interval=0.1, message=f"the workload is not delivered after the promotion: {bridge.log()[-3000:]}")
             writer.stop()
             # then: caught up on the promoted server, the topic replays to exactly its table
             wait_caught_up(standby_dsn, topic_prefix, timeout=60)

@@ -61,7 +61,7 @@ def test_unpublished_write_load_does_not_make_the_slot_retain_wal(pg_dsn: str, k
         while (time.monotonic() - started < WRITE_SECONDS
                or (current_wal_lsn(pg_dsn) - start < MIN_WRITTEN
                    and time.monotonic() - started < MAX_WRITE_SECONDS)):
-            time.sleep(0.5)
+            time.sleep(0.5)  # the sampling interval of a load that runs for WRITE_SECONDS
             confirmed = slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0
             current = current_wal_lsn(pg_dsn)
             samples.append((current - start, current - confirmed, confirmed))

@@ -92,7 +92,7 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
                     i += 1
                     conn.execute("INSERT INTO t VALUES (%s)", (i,))
                     committed.append(i)
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # pacing the workload, not a wait
 
         writer = threading.Thread(target=workload, daemon=True)
         writer.start()

@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
@@ -199,9 +198,8 @@ def run(env: dict[str, str], json_logs: bool, outputs: Outputs, where: str, *,
                            timeout=60, interval=0.2, message="pgbridge never started replicating")
                 wait_caught_up(*caught_up, timeout=60)
             else:
-                deadline = time.monotonic() + until
-                while process.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.2)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(until)  # it exits by itself (an error), or runs for ``until`` s
             code = process.poll()
             if code is None:
                 outputs.add(f"{where}: /metrics", scrape(port))

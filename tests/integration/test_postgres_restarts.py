@@ -19,6 +19,7 @@ from tests.support.postgres import (
     RetryingWriter,
     create_database,
     slot_confirmed_flush_lsn,
+    wal_insert_lsn,
 )
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
@@ -41,12 +42,28 @@ def _readyz(bridge: BridgeProcess, want: int, what: str, timeout: float) -> floa
     return time.monotonic() - started
 
 
-def _outage(cluster: PgCluster, bridge: BridgeProcess, mode: str) -> str:
+def _streaming_the_workload(dsn: str, bridge: BridgeProcess) -> None:
+    """Wait until what the workload commits from now on is confirmed: the bridge streams under load."""
+    mark = wal_insert_lsn(dsn)
+    slot = bridge.env["PGBRIDGE_POSTGRES__SLOT"]
+    wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) > mark, timeout=60, interval=0.1,
+               message=f"the workload's changes are not confirmed: {bridge.log()[-2000:]}")
+
+
+def _reconnects(bridge: BridgeProcess) -> float:
+    assert bridge.http_port is not None
+    return metric(scrape(bridge.http_port), "pgbridge_reconnects_total", target="postgres")
+
+
+def _outage(cluster: PgCluster, dsn: str, bridge: BridgeProcess, mode: str) -> str:
     """Stop Postgres with ``mode``, see /readyz go 503, start it, see /readyz 200 again."""
-    time.sleep(1.0)  # under the workload for a moment
+    _streaming_the_workload(dsn, bridge)
+    before = _reconnects(bridge)
     cluster.stop(mode)
     down = _readyz(bridge, 503, f"after a {mode} shutdown", timeout=30)
-    time.sleep(1.0)  # reconnect attempts meet a server that is gone
+    # reconnect attempts meet a server that is gone before it comes back
+    wait_until(lambda: _reconnects(bridge) > before, timeout=30, interval=0.1,
+               message=f"no reconnect attempt while Postgres was down after a {mode} shutdown")
     cluster.start()
     up = _readyz(bridge, 200, f"after the start following a {mode} shutdown", timeout=90)
     return f"{mode}: 503 after {down:.1f}s, 200 {up:.1f}s after start"
@@ -70,16 +87,16 @@ def test_postgres_restarts_lose_nothing(pg_version: int, pg_cluster_factory: PgC
         writer.start()
         try:
             # when: a fast shutdown, an immediate one (crash recovery), a terminated walsender
-            notes = [_outage(cluster, bridge, "fast"), _outage(cluster, bridge, "immediate")]
-            reconnects = metric(scrape(port), "pgbridge_reconnects_total", target="postgres")
-            time.sleep(1.0)
+            notes = [_outage(cluster, dsn, bridge, "fast"), _outage(cluster, dsn, bridge, "immediate")]
+            reconnects = _reconnects(bridge)
+            _streaming_the_workload(dsn, bridge)
             killed = cluster.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
             assert killed, "no walsender to terminate"
             wait_until(lambda: metric(scrape(port), "pgbridge_reconnects_total", target="postgres") > reconnects,
                        timeout=30, interval=0.2, message="no reconnect after the walsender was terminated")
             back = _readyz(bridge, 200, "after the walsender was terminated", timeout=60)
             notes.append(f"walsender terminated: 200 {back:.1f}s after the reconnect")
-            time.sleep(1.0)
+            _streaming_the_workload(dsn, bridge)
         finally:
             writer.stop()
         assert writer.committed > 100, f"the workload barely ran ({writer.committed} transactions)"

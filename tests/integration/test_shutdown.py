@@ -4,7 +4,6 @@ transaction: its commit record's end, or beyond it only over WAL that holds no c
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import PgClusterFactory, create_database, slot_confirmed_flush_lsn
+from tests.support.postgres import PgClusterFactory, create_database, slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -48,7 +47,10 @@ def test_sigterm_mid_workload_confirms_the_end_of_the_last_delivered_transaction
         wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix), timeout=60, message="no slot")
         writer = threading.Thread(target=workload, daemon=True)
         writer.start()
-        time.sleep(4)
+        # mid-workload: transactions committed after the writer started are being delivered
+        started = wal_insert_lsn(dsn)
+        wait_until(lambda: (slot_confirmed_flush_lsn(dsn, topic_prefix) or 0) > started, timeout=60,
+                   message="nothing of the workload was confirmed")
         # when: SIGTERM while transactions keep committing
         code = bridge.terminate()
         stop.set()

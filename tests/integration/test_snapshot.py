@@ -13,7 +13,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.churn import Churn, create_filled_table
-from tests.support.postgres import execute, slot_confirmed_flush_lsn
+from tests.support.postgres import execute, slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -66,7 +66,10 @@ def test_snapshot_under_concurrent_updates_and_deletes_replays_to_the_final_tabl
         wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=600, interval=0.2,
                    message="the snapshot never finished")
         elapsed = time.monotonic() - started
-        time.sleep(1.0)  # some streaming after the snapshot, still under churn
+        # some streaming after the snapshot, still under churn: changes made after it are confirmed
+        after_snapshot = wal_insert_lsn(pg_dsn)
+        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) > after_snapshot, timeout=120,
+                   interval=0.2, message="nothing streamed after the snapshot")
         transactions = churn.stop()
         wait_caught_up(pg_dsn, topic_prefix, timeout=300)
         # then

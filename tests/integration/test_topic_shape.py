@@ -10,7 +10,6 @@ default to RF 3 and min ISR 2 themselves, so only the source proves pgbridge ask
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 
 import psycopg
@@ -21,6 +20,7 @@ from pgbridge.config import KafkaConfig
 from pgbridge.publish.topics import TopicManager
 from tests.support.bridge import BridgeProcess, bridge_env, wait_for_count
 from tests.support.broker import Broker, KafkaCluster, broker_kind, start_apache_kafka
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -47,10 +47,9 @@ def test_on_one_broker_topics_get_one_copy_min_insync_1_and_a_warning(pg_dsn: st
         "PGBRIDGE_HA__LEADER_ELECTION": "false",
         "PGBRIDGE_KAFKA__TOPIC_CONFIG": '{"retention.ms": 86400000, "cleanup.policy": "delete"}'})
     with BridgeProcess(env).start() as bridge:
-        deadline = time.monotonic() + 60
-        while "replicating" not in bridge.log() and time.monotonic() < deadline:
-            assert bridge.alive(), bridge.log()
-            time.sleep(0.2)
+        wait_until(lambda: "replicating" in bridge.log() or not bridge.alive(), timeout=60,
+                   message="pgbridge never started replicating")
+        assert bridge.alive(), bridge.log()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO shaped VALUES (1)")
         wait_for_count(kafka_broker.bootstrap, f"{prefix}.public.shaped", 1, timeout=60)

@@ -83,7 +83,7 @@ def streamed_work(dsn: str) -> None:
             with conn.transaction():
                 conn.execute("INSERT INTO events VALUES (%s, %s)", (100 + i, f"e{i}"))
                 conn.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 1")
-            time.sleep(0.25)
+            time.sleep(0.25)  # pacing: the changes spread over several micro-batches
 
 
 def streamed_changes() -> dict[str, list[Change]]:

@@ -51,7 +51,7 @@ def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
         for kill in range(2):
             wait_until(lambda: bridge.log().count("replicating") > kill, timeout=60,  # noqa: B023
                        message="the restarted bridge never streamed")
-            time.sleep(0.7)
+            time.sleep(0.7)  # the sleep is the kill point, not a wait
             bridge.kill()
             bridge = BridgeProcess(env, log_path=bridge.log_path).start()
         writer.join()

@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pgbridge.consumer import SchemaStore
-from tests.support.kafka import Record, list_topics, read_topic, read_topics
+from tests.support.kafka import Record, read_topic, read_topics
 from tests.support.ports import free_port
 
 
@@ -148,15 +147,8 @@ def change_events(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 
 def wait_for_count(bootstrap: str, topic: str, count: int, timeout: float) -> list[Record]:
-    deadline = time.monotonic() + timeout
-    records: list[Record] = []
-    while time.monotonic() < deadline:
-        if topic in list_topics(bootstrap):
-            records = read_topic(bootstrap, topic, timeout=timeout, idle=0.5)
-            if len(records) >= count:
-                return records
-        time.sleep(0.5)
-    raise AssertionError(f"{topic}: expected at least {count} records, read {len(records)}")
+    """The records of ``topic`` once there are at least ``count`` (read_topic waits for the topic)."""
+    return read_topic(bootstrap, topic, min_count=count, timeout=timeout, idle=0.5)
 
 
 __all__ = [

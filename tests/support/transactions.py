@@ -87,10 +87,8 @@ def consume_topic(bootstrap: str, topic: str, handle: Callable[[bytes | None, by
     read = 0
     try:
         deadline = time.monotonic() + timeout
-        while topic not in list_topics(bootstrap):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"topic {topic} never appeared")
-            time.sleep(0.5)
+        wait_until(lambda: topic in list_topics(bootstrap), timeout=timeout, interval=0.5,
+                   message=f"topic {topic} never appeared")
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         last_progress = time.monotonic()
         while True:
