@@ -90,7 +90,7 @@ class Transfers(threading.Thread):
                                  "FROM generate_series(1, %s) g", (a, b, amount, lines))
                     conn.commit()
                     self.committed += 1
-                    time.sleep(0.003)
+                    time.sleep(0.003)  # pacing the workload, not a wait
         except BaseException as exc:  # surfaced by the test
             self.error = exc
 
@@ -215,10 +215,11 @@ def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whol
         for kill in range(5):
             wait_until(lambda: bridge.log().count("replicating") > kill, timeout=60,  # noqa: B023
                        message="the restarted bridge never streamed")
-            time.sleep(rnd.uniform(0.2, 1.0))
+            time.sleep(rnd.uniform(0.2, 1.0))  # the sleep is the random kill point, not a wait
             bridge.kill()
             bridge = BridgeProcess(env, log_path=bridge.log_path).start()
-        time.sleep(1.0)
+        wait_until(lambda: bridge.log().count("replicating") > 5, timeout=60,
+                   message="the last restarted bridge never streamed")
         workload.halt.set()
         workload.join(300)
         assert workload.error is None, workload.error
@@ -375,7 +376,9 @@ def test_a_frozen_leader_fenced_by_the_standby_exits_with_a_clear_error(
         assert first.process is not None
         first.process.send_signal(signal.SIGSTOP)
         wait_until(lambda: "replicating" in second.log(), timeout=120, message="the standby never took over")
-        time.sleep(2.0)
+        taken_over = slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0
+        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) > taken_over, timeout=60,
+                   message="the new leader never committed a transaction")
         first.process.send_signal(signal.SIGCONT)
         # then: the old leader exits with the fencing error
         code = first.process.wait(120)

@@ -20,7 +20,7 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, decode_records, load_schemas
 from tests.support.broker import KafkaCluster, start_apache_kafka
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 from tests.support.workload import ITEMS_DDL, Workload, verify_committed
@@ -61,6 +61,13 @@ def _start(pg_dsn: str, cluster: KafkaCluster, prefix: str) -> tuple[dict[str, s
     return env, bridge
 
 
+def _committing(workload: Workload, more: int = 20) -> None:
+    """Wait until the workload has committed ``more`` transactions from now on."""
+    start = len(workload.committed)
+    wait_until(lambda: len(workload.committed) >= start + more, timeout=60, interval=0.05,
+               message=f"the workload did not commit {more} transactions")
+
+
 def _first_delivery(pg_dsn: str, cluster: KafkaCluster, prefix: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO items VALUES (0, 'first', 0)")
@@ -88,7 +95,7 @@ def test_partition_leader_killed_under_load_loses_and_reorders_nothing(
         _first_delivery(pg_dsn, healthy, topic_prefix)
         workload = Workload(pg_dsn, transactions=800, seed=3)
         workload.start()
-        time.sleep(1.0)  # the workload is committing
+        _committing(workload)
         # when: the leader of the table topic's partition dies with kill -9, and comes back later
         leader = healthy.leader_of(f"{topic_prefix}.public.items")
         leader.kill()
@@ -96,7 +103,10 @@ def test_partition_leader_killed_under_load_loses_and_reorders_nothing(
         successor = healthy.leader_of(f"{topic_prefix}.public.items")
         print(f"leader {leader.node_id} killed; node {successor.node_id} leads after "
               f"{time.monotonic() - killed:.1f}s")
-        time.sleep(3.0)
+        # pgbridge delivers through the new leader before the old one comes back
+        mark = wal_insert_lsn(pg_dsn)
+        wait_until(lambda: (slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0) >= mark, timeout=120,
+                   message=f"nothing delivered through the new leader: {bridge.log()[-3000:]}")
         leader.start()
         workload.join(300)
         assert workload.error is None, workload.error
@@ -117,17 +127,17 @@ def test_a_broker_frozen_for_20s_with_pgbridge_killed_meanwhile_loses_nothing(
         _first_delivery(pg_dsn, healthy, topic_prefix)
         workload = Workload(pg_dsn, transactions=800, seed=5)
         workload.start()
-        time.sleep(1.0)
+        _committing(workload)
         # when: the partition leader is SIGSTOPped for 20 s; halfway through pgbridge is killed -9
         # and restarted, so what it had confirmed by then must already be in Kafka
         leader = healthy.leader_of(f"{topic_prefix}.public.items")
         leader.pause()
         frozen = time.monotonic()
-        time.sleep(10.0)
+        time.sleep(10.0)  # the scenario's timing (frozen 20 s, the kill halfway), not a wait
         confirmed_at_kill = slot_confirmed_flush_lsn(pg_dsn, topic_prefix)
         bridge.kill()
         bridge = BridgeProcess(env, log_path=bridge.log_path).start()
-        time.sleep(max(0.0, 20.0 - (time.monotonic() - frozen)))
+        time.sleep(max(0.0, 20.0 - (time.monotonic() - frozen)))  # the rest of the 20 s freeze
         leader.resume()
         workload.join(300)
         assert workload.error is None, workload.error
@@ -148,7 +158,7 @@ def test_quorum_lost_then_a_broker_back_with_its_log_delivers_within_seconds(
         _first_delivery(pg_dsn, healthy, topic_prefix)
         workload = Workload(pg_dsn, transactions=800, seed=7)
         workload.start()
-        time.sleep(1.0)
+        _committing(workload)
         # when: the partition leader and a second broker die with kill -9: no quorum, no leader,
         # fewer than min.insync.replicas; pgbridge is killed -9 and restarted during the outage,
         # so what it had confirmed by then must already be in Kafka
@@ -157,11 +167,11 @@ def test_quorum_lost_then_a_broker_back_with_its_log_delivers_within_seconds(
         other = next(node for node in healthy.nodes if node is not leader)
         leader.kill()
         other.kill()
-        time.sleep(3.0)  # the outage: the workload keeps committing
+        _committing(workload)  # the outage: the workload keeps committing
         bridge.kill()
         confirmed_during_outage = slot_confirmed_flush_lsn(pg_dsn, topic_prefix) or 0
         bridge = BridgeProcess(env, log_path=bridge.log_path).start()
-        time.sleep(3.0)  # the outage goes on with a new pgbridge waiting for Kafka
+        time.sleep(3.0)  # the outage goes on with a new pgbridge waiting for Kafka: a duration, not a wait
         # when: the old leader comes back with its log
         back = time.monotonic()
         leader.start()
