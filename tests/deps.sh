@@ -23,11 +23,11 @@ need() {  # need PACKAGE COMMAND...: PACKAGE is missing unless COMMAND succeeds
 }
 need postgresql-15 test -x /usr/lib/postgresql/15/bin/postgres
 need maven command -v mvn
-need openjdk-17-jdk-headless command -v java
+need openjdk-17-jdk-headless sh -c 'java -version 2>&1 | grep -Eq "version \"(1[7-9]|[2-9][0-9])"'  # Java 17+
 need prometheus sh -c 'command -v promtool && command -v prometheus'
 
 if ((${#missing[@]})); then
-  install=(apt-get install -y -q --no-install-recommends "${missing[@]}")
+  install=(apt-get install -y -q "${missing[@]}")
   if [ "$(id -u)" -ne 0 ]; then
     echo "deps: missing ${missing[*]}; as root run: apt-get update && ${install[*]}" >&2
     exit 1
