@@ -230,8 +230,10 @@ class Session:
         validate_filters(conn.sql, pg.publication, self.settings.snapshot.filters, stream_filter(pg))
         records = self.progress.load()
         snapshotter = self.incremental = IncrementalSnapshotter.of(
-            self.settings, self.progress, self.metrics, dsn=conn.role.write_dsn(pg.dsn.get_secret_value()))
-        snapshotter.load(records)
+            self.settings, self.progress, self.metrics, dsn=conn.role.write_dsn(pg.dsn.get_secret_value()),
+            transactions=self.publisher.transactions)
+        if self.publisher.transactions is None:
+            snapshotter.load(records)  # exactly-once: below, once the previous producer is fenced
         deliveries = Deliveries(self.publisher, self.tracker, self.metrics, completed=self.reporter.completed,
                                 idle=self._idle_tick)
         outbox = outbox_router(conn.sql, self.settings.outbox, self.settings.kafka.topic_prefix)
@@ -244,6 +246,8 @@ class Session:
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
         # committed in Kafka already (the slot's confirmed LSN may lag it).
         dispatcher.position = self.publisher.start_transactions()
+        if self.publisher.transactions is not None:
+            snapshotter.load(self.progress.load())  # whole: a commit the old producer began is done
         conn.repl.start_replication(pg.slot, INVALID_LSN, conn.options)
         self.identity.streaming()
         self._jobs += streaming_jobs(pg, conn.sql, self.reporter, self.metrics, conn.repl.pgconn.backend_pid,
@@ -281,6 +285,11 @@ class Session:
         # the chunks of a huge table may take long without a loop to beat in).
         self.health.snapshotting = True
         self.health.beat_at = None
+        if self.publisher.transactions is not None:
+            # Exactly-once: fence the previous producer first, so that a transaction it was
+            # committing when it died is whole in the progress read (snapshot/progress.py)
+            self.publisher.transactions.init()
+            records = self.progress.load()
         try:
             tables = run_initial_snapshot(
                 dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot,

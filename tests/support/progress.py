@@ -7,6 +7,8 @@ from typing import Any
 
 
 class MemoryProgress:
+    topic = "p._snapshot"
+
     def __init__(self) -> None:
         self.records: dict[str, Any] = {}
         self.flushes = 0

@@ -13,8 +13,10 @@ that life, so the rules hold the same way for each of them:
   the unit's callback; while its queue is full, ``idle`` keeps the walsender served;
 * **seal**: no more records; the units that completed by it go to ``completed`` (the progress
   reporter observes commit→ack for them);
-* **commit** (exactly-once): at a boundary when due, a part of a huge transaction when due, or a
-  snapshot chunk's end; units still being filled are held again by the next Kafka transaction.
+* **commit** (exactly-once): at a boundary when due, a part of a huge transaction when due, or
+  snapshot rows when due and when the last chunk being read ends; units still being filled are
+  held again by the next Kafka transaction. ``before_commit`` hooks put progress that is not a
+  stream position (snapshot chunks' positions) into each transaction.
 
 The per-table event and byte counters are kept here too (``pgbridge_events_total``,
 ``pgbridge_event_bytes_total``): every record published for a table counts, whichever unit
@@ -33,7 +35,7 @@ from pgbridge.lsn import Lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
 from pgbridge.publish.oversize import Describe
 from pgbridge.publish.producer import Headers, KafkaPublisher
-from pgbridge.publish.transactions import Position
+from pgbridge.publish.transactions import BeforeCommit, Position
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +123,6 @@ class Deliveries:
         """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""
         return self._publisher.produce_all(records, delivery.callback, delivery.unit, self._idle, describe)
 
-    def produce_raw(self, delivery: Delivery, topic: str, key: bytes, value: bytes,
-                    idle: Callable[[], None]) -> None:
-        """A record of an internal topic that exists already (a snapshot chunk's progress record),
-        in ``delivery``'s unit; ``idle`` serves the wait while the producer's queue is full."""
-        self._publisher.produce(topic, key, value, delivery.callback, delivery.unit, idle)
-
     def seal(self, delivery: Delivery, end_lsn: Lsn | None) -> None:
         """No more records in the unit; ``end_lsn`` is where the watermark may move once it and
         every unit before it are acknowledged (``None``: it does not move it)."""
@@ -172,6 +168,17 @@ class Deliveries:
         transactions.commit()
         for delivery in still_open:
             transactions.hold(delivery.unit)
+
+    def commit_if_due(self, still_open: Iterable[Delivery] = ()) -> None:
+        """Snapshot rows (every row a boundary): ``commit`` once the open Kafka transaction is old or
+        big enough (``kafka.transaction_max_ms`` / ``transaction_max_bytes``)."""
+        if self._transactions is not None and self._transactions.due():
+            self.commit(still_open)
+
+    def before_commit(self, hook: BeforeCommit) -> Callable[[], None] | None:
+        """Exactly-once: ``hook`` produces its records into every Kafka transaction just before it
+        commits (publish/transactions.py); returns what unregisters it (None at least once)."""
+        return None if self._transactions is None else self._transactions.before_commit(hook)
 
     # -- accounting --------------------------------------------------------------------------------
     def count(self, table: str, op: str, events: int, nbytes: int) -> None:

@@ -379,9 +379,9 @@ class Dispatcher:
         record = self.encoder.encode_message(event.prefix, event.content, event.lsn, None, False)
         deliveries.produce(delivery, record, self._other_origin)
         deliveries.seal(delivery, None)
-        deliveries.boundary(Position(event.lsn))
-        if self.incremental is not None:
+        if self.incremental is not None:  # before the boundary: exactly-once, a signal's state commits with it
             self._snapshot_message(event.prefix, event.content, event.lsn, None)
+        deliveries.boundary(Position(event.lsn))
 
     def _skip(self, event: AssembledEvent) -> None:
         """Exactly-once restart: events of a transaction whole in Kafka; its END moves the watermark."""

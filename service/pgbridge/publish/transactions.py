@@ -23,6 +23,10 @@ is then decided by three rules, each enforced here:
    by one extra pending count, released only when ``commit_transaction`` returned; so the LSN
    confirmed to Postgres never passes a change that is not committed in Kafka.
 
+Progress of work that is not a Postgres transaction travels the same way: a ``before_commit`` hook
+produces its records into every Kafka transaction just before ``commit_transaction`` (snapshot
+rows: each chunk's position, snapshot/progress.py; the incremental snapshot's cursor).
+
 The ``transactional.id`` is ``pgbridge-{topic_prefix}-{slot}``: stable for a slot and topic prefix,
 so a restarted process, or a standby taking over, fences the old one. A fenced producer can never
 commit again; pgbridge then stops with ``Fenced`` (exit 1) rather than reconnecting.
@@ -119,6 +123,11 @@ class _Open:
     position: Position | None = None
 
 
+# What a ``before_commit`` hook is handed: produce (topic, key, value) into the open transaction.
+ProduceInto = Callable[[str, bytes, bytes | None], None]
+BeforeCommit = Callable[[ProduceInto], None]
+
+
 def read_position(consumer_settings: dict[str, Any], topic: str, slot: str) -> Position | None:
     """The last committed ``_offsets`` record of ``slot`` (``read_committed``), or None."""
     latest = read_compacted({**consumer_settings, "group.id": OFFSETS_GROUP}, topic,
@@ -142,6 +151,7 @@ class KafkaTransactions:
         self._clock = clock
         self._open: _Open | None = None
         self._initialised = False
+        self._before_commit: list[BeforeCommit] = []
         self.committed = 0
 
     @property
@@ -167,6 +177,19 @@ class KafkaTransactions:
             except KafkaException as exc:
                 raise classify(exc, "beginning a Kafka transaction") from None
             self._open = _Open(started=self._clock())
+
+    def before_commit(self, hook: BeforeCommit) -> Callable[[], None]:
+        """Call ``hook`` inside every Kafka transaction, just before it commits, so the records it
+        produces commit (or abort) with the transaction's data; returns what unregisters it."""
+        self._before_commit.append(hook)
+        return lambda: self._before_commit.remove(hook)
+
+    def due(self) -> bool:
+        """Whether the open transaction is old or big enough to commit at the next boundary
+        (snapshot rows: every row is one)."""
+        current = self._open
+        return current is not None and self._policy.at_boundary(age_s=self._clock() - current.started,
+                                                                nbytes=current.nbytes)
 
     def hold(self, unit: Unit) -> None:
         """``unit`` completes only when the Kafka transaction carrying it has committed."""
@@ -219,6 +242,8 @@ class KafkaTransactions:
             return
         started = self._clock()
         try:
+            for hook in self._before_commit:
+                hook(self._produce_into)
             if current.position is not None:
                 self._producer.produce(self._topic, current.position.to_json(), self._key)
             self._producer.commit_transaction(COMMIT_TIMEOUT_S)
@@ -230,6 +255,9 @@ class KafkaTransactions:
             self._on_commit(self._clock() - started, current.records)
         for unit in current.units:
             self._tracker.delivered(unit)
+
+    def _produce_into(self, topic: str, key: bytes, value: bytes | None) -> None:
+        self._producer.produce(topic, value, key)
 
     def abort_checked(self) -> None:
         """Abort what is open, raising what the broker says (``Fenced`` when another producer took over)."""

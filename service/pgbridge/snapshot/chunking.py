@@ -11,6 +11,14 @@ A table without a key is split by physical position: ``ctid`` ranges of whole he
 range scan on Postgres 14+). The last range is open above, so rows in blocks added after the
 plan was made are still read.
 
+Exactly-once snapshots read each chunk in a deterministic order with a *position* beside every
+row (``positioned_copy_query``): the key columns as text, or ``(tableoid, ctid)`` for a keyless
+table. Each Kafka transaction records how far every chunk it carries got (snapshot/progress.py),
+and a restart reads the rest of the chunk, after that position (``after_condition``). A ctid
+position names the same row in a later snapshot only while the table was not rewritten (``VACUUM
+FULL``, ``CLUSTER``, a rewriting ``ALTER TABLE``), which gives it a new storage file: a keyless
+plan keeps the storage files it was made on (``storage``) so a restart can tell.
+
 Everything here is pure apart from ``plan_table``, which runs the planning queries on a
 connection the caller has already put in the snapshot to read.
 """
@@ -55,6 +63,9 @@ class TablePlan:
     key_types: tuple[str, ...]  # format_type() of each key column, for casts
     rows_estimate: int
     chunks: tuple[Chunk, ...]
+    # keyless plans: the storage files (``pg_relation_filenode`` of the table or of each leaf
+    # partition, by oid) the ctid positions refer to; empty for keyed plans
+    storage: tuple[int, ...] = ()
 
     @property
     def table(self) -> str:
@@ -63,7 +74,7 @@ class TablePlan:
     def to_json(self) -> dict[str, Any]:
         return {"schema": self.schema, "name": self.name, "kind": self.kind,
                 "key_columns": list(self.key_columns), "key_types": list(self.key_types),
-                "rows_estimate": self.rows_estimate,
+                "rows_estimate": self.rows_estimate, "storage": list(self.storage),
                 "chunks": [[None if c.lower is None else list(c.lower),
                             None if c.upper is None else list(c.upper)] for c in self.chunks]}
 
@@ -75,7 +86,8 @@ class TablePlan:
                        for i, (lo, hi) in enumerate(data["chunks"]))
         return cls(schema=str(data["schema"]), name=str(data["name"]), kind=kind,
                    key_columns=tuple(data["key_columns"]), key_types=tuple(data["key_types"]),
-                   rows_estimate=int(data["rows_estimate"]), chunks=chunks)
+                   rows_estimate=int(data["rows_estimate"]), chunks=chunks,
+                   storage=tuple(int(n) for n in data.get("storage", ())))
 
 
 def key_chunks(table: str, boundaries: list[tuple[str, ...]]) -> tuple[Chunk, ...]:
@@ -141,6 +153,39 @@ def chunk_copy_query(plan: TablePlan, relation: Relation, chunk: Chunk, row_filt
         columns, sql.Identifier(plan.schema, plan.name), with_filter(chunk_condition(plan, chunk), row_filter))
 
 
+def position_columns(plan: TablePlan) -> tuple[sql.Composable, ...]:
+    """What a row's position is made of, as text: its key columns, or (keyless) the partition it
+    lives in and its ctid. Ordered by these, a chunk's rows come in one deterministic order."""
+    if plan.kind == CHUNK_BY_CTID:
+        return sql.SQL("tableoid"), sql.SQL("ctid")
+    return tuple(sql.Identifier(c) for c in plan.key_columns)
+
+
+def after_condition(plan: TablePlan, after: tuple[str, ...]) -> sql.Composable:
+    """Rows strictly after the position ``after`` (as ``positioned_copy_query`` returns it)."""
+    if plan.kind == CHUNK_BY_CTID:
+        oid, ctid = after
+        return sql.SQL("ROW(tableoid, ctid) > ROW({}::oid, {}::tid)").format(sql.Literal(oid), sql.Literal(ctid))
+    return sql.SQL("{} > {}").format(_key_tuple(plan.key_columns), _value_tuple(after, plan.key_types))
+
+
+def positioned_copy_query(plan: TablePlan, relation: Relation, chunk: Chunk, after: tuple[str, ...] | None,
+                          row_filter: str | None = None) -> sql.Composed:
+    """``chunk_copy_query`` for exactly-once: only the rows after ``after`` (when resuming), in
+    position order, each followed by its position columns as text (the caller splits them off).
+    The sort costs an ordered index scan, or a sort of one chunk: at-least-once reads skip it."""
+    positions = position_columns(plan)
+    columns = sql.SQL(", ").join([*(sql.Identifier(column.name) for column in relation.columns),
+                                  *(sql.SQL("{}::text AS {}").format(p, sql.Identifier(f"pgbridge_position_{i}"))
+                                    for i, p in enumerate(positions))])
+    condition = chunk_condition(plan, chunk)
+    if after is not None:
+        condition = sql.SQL("{} AND {}").format(condition, after_condition(plan, after))
+    return sql.SQL("COPY (SELECT {} FROM {} WHERE {} ORDER BY {}) TO STDOUT").format(
+        columns, sql.Identifier(plan.schema, plan.name), with_filter(condition, row_filter),
+        sql.SQL(", ").join(positions))
+
+
 def next_rows_copy_query(plan: TablePlan, relation: Relation, after: tuple[str, ...] | None,
                          limit: int, upper: tuple[str, ...] | None = None,
                          row_filter: str | None = None) -> sql.Composed:
@@ -192,6 +237,19 @@ SIZE_QUERY: Final = (
     " (SELECT relid FROM pg_partition_tree(%(oid)s::oid::regclass) WHERE isleaf))")
 
 
+# The storage files behind a table's ctids: its own, or each leaf partition's (a partitioned root
+# has none), by oid. A rewrite (VACUUM FULL, CLUSTER, a rewriting ALTER TABLE, TRUNCATE) changes them.
+STORAGE_QUERY: Final = (
+    "SELECT coalesce(array_agg(pg_relation_filenode(c.oid) ORDER BY c.oid), '{}')"
+    " FROM pg_class c WHERE c.relkind <> 'p' AND (c.oid = %(oid)s OR c.oid IN"
+    " (SELECT relid FROM pg_partition_tree(%(oid)s::oid::regclass) WHERE isleaf))")
+
+
+def table_storage(conn: psycopg.Connection[tuple[object, ...]], rel_id: int) -> tuple[int, ...]:
+    row = conn.execute(STORAGE_QUERY, {"oid": rel_id}).fetchone()
+    return () if row is None else tuple(int(str(n)) for n in row[0] or ())  # type: ignore[attr-defined]
+
+
 def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation, key_columns: tuple[str, ...],
                chunk_rows: int, *, boundaries: bool = True) -> TablePlan:
     """Estimate the table's size and split it into chunks of about ``chunk_rows`` rows.
@@ -209,7 +267,8 @@ def plan_table(conn: psycopg.Connection[tuple[object, ...]], relation: Relation,
     estimate, block_count = (int(str(row[0])), int(str(row[1]))) if row else (0, 0)
     if not key_columns:
         chunks = ctid_chunks(table, block_count, blocks_per_chunk(chunk_rows, estimate, block_count))
-        return TablePlan(relation.namespace, relation.name, CHUNK_BY_CTID, (), (), estimate, chunks)
+        return TablePlan(relation.namespace, relation.name, CHUNK_BY_CTID, (), (), estimate, chunks,
+                         table_storage(conn, relation.rel_id))
     types = _key_types(conn, relation.rel_id, key_columns)
     if not boundaries:
         top = _largest_key(conn, ident, key_columns)

@@ -12,6 +12,8 @@
  at HIGH: the remaining rows are produced as op=r inside the HIGH transaction's unit
         ▼
  once acknowledged: the table's cursor (last key read) is persisted; next chunk
+ (exactly-once: the cursor moves when the rows are produced, and is written into the Kafka
+  transaction that carries them; see progress.py)
 ```
 Why no stale row survives: the chunk's SELECT starts after the low watermark committed and ends
 before the high watermark was written, so it sees every change committed before the low
@@ -52,9 +54,10 @@ from pgbridge.errors import FatalError, SourceUnavailable
 from pgbridge.identifiers import IdentifierError, normalize_table, parse_table, table_name
 from pgbridge.lsn import Lsn, format_lsn, parse_lsn
 from pgbridge.metrics import Metrics
+from pgbridge.publish.transactions import KafkaTransactions, ProduceInto
 from pgbridge.snapshot.chunking import CHUNK_BY_KEY, TablePlan, next_rows_copy_query, plan_table
 from pgbridge.snapshot.initial import parse_copy_lines
-from pgbridge.snapshot.progress import ProgressStore, incremental_key, tables_key
+from pgbridge.snapshot.progress import ProgressStore, encode_record, incremental_key, tables_key
 from pgbridge.source import slots
 from pgbridge.source.connection import build_conninfo
 from pgbridge.source.selection import TableSelection, stream_filter
@@ -216,7 +219,8 @@ class IncrementalSnapshotter:
 
     def __init__(self, *, dsn: str | None, slot: str, publication: str, chunk_rows: int, signal_prefix: str,
                  progress: ProgressStore, metrics: Metrics, connect_timeout_s: float,
-                 filters: Mapping[str, str] | None = None, selection: TableSelection | None = None) -> None:
+                 filters: Mapping[str, str] | None = None, selection: TableSelection | None = None,
+                 transactions: KafkaTransactions | None = None) -> None:
         # Where watermarks are written and chunks read: None on a standby without postgres.primary_dsn
         # (source/standby.py), where incremental snapshots cannot run.
         self._dsn = dsn
@@ -242,18 +246,26 @@ class IncrementalSnapshotter:
         # The table whose row changes must be checked against the chunk buffer, or None. The
         # pipeline's hot path reads only this attribute.
         self.window_table: str | None = None
+        # Exactly-once: the state is written into the open Kafka transaction (``_write_state``)
+        # when it changed while one was open (progress.py)
+        self._transactions = transactions
+        self._unwritten = False
+        if transactions is not None:
+            transactions.before_commit(self._write_state)
 
     @classmethod
     def of(cls, settings: Settings, progress: ProgressStore, metrics: Metrics, *,
-           dsn: str | None) -> IncrementalSnapshotter:
+           dsn: str | None, transactions: KafkaTransactions | None = None) -> IncrementalSnapshotter:
         """The session's snapshotter, built from the ``postgres`` and ``snapshot`` sections, writing its
-        watermarks through ``dsn`` (``ServerRole.write_dsn``: the primary when decoding on a standby)."""
+        watermarks through ``dsn`` (``ServerRole.write_dsn``: the primary when decoding on a standby)
+        and, exactly-once, its state through ``transactions``."""
         pg = settings.postgres
         return cls(
             dsn=dsn, slot=pg.slot, publication=pg.publication,
             chunk_rows=settings.snapshot.chunk_rows, signal_prefix=settings.snapshot.signal_prefix,
             progress=progress, metrics=metrics, connect_timeout_s=pg.connect_timeout_s,
-            filters=settings.snapshot.filters, selection=stream_filter(settings.postgres))
+            filters=settings.snapshot.filters, selection=stream_filter(settings.postgres),
+            transactions=transactions)
 
     # -- persisted state ----------------------------------------------------------------------------
     def load(self, records: dict[str, dict[str, Any]]) -> None:
@@ -268,10 +280,27 @@ class IncrementalSnapshotter:
             log.info("resuming incremental snapshot", extra={"tables": self.state.queue,
                                                              "after": self.state.after})
 
-    def _persist(self, *, sync: bool) -> None:
+    def _persist(self, *, sync: bool, between: bool = True) -> None:
+        """Write the state: at least once through the progress store (``sync``: acknowledged before
+        returning). Exactly-once, into the open Kafka transaction, whose data it must commit (or
+        abort) with; ``sync`` and ``between`` Postgres transactions, that transaction commits now.
+        With none open it goes through the progress store, acknowledged before anything else is
+        produced, so that no later transaction's record can land before it."""
+        transactions = self._transactions
+        if transactions is not None and transactions.is_open:
+            self._unwritten = True
+            if sync and between:
+                transactions.commit()
+            return
         self._progress.put(incremental_key(self.slot), self.state.to_json())
-        if sync:
+        if sync or transactions is not None:
             self._progress.flush()
+
+    def _write_state(self, produce: ProduceInto) -> None:
+        """``before_commit`` hook (exactly-once): the state, if it changed in this transaction."""
+        if self._unwritten:
+            self._unwritten = False
+            produce(self._progress.topic, incremental_key(self.slot).encode(), encode_record(self.state.to_json()))
 
     def set_known_tables(self, tables: Iterable[str]) -> None:
         self.known_tables = set(tables)
@@ -305,7 +334,7 @@ class IncrementalSnapshotter:
             self._stop(signal.tables, lsn)
         else:
             self._set_paused(signal.kind == SIGNAL_PAUSE_SNAPSHOT, lsn)
-        self._persist(sync=True)
+        self._persist(sync=True, between=False)  # exactly-once: commits with the signal's transaction
 
     def _stop(self, tables: tuple[str, ...], lsn: Lsn) -> None:
         """Take ``tables`` (all when empty) off the queue. A chunk of the head table between its
@@ -383,9 +412,15 @@ class IncrementalSnapshotter:
         return pending.table, records
 
     def chunk_produced(self, unit: Unit) -> None:
-        """The high watermark's rows were produced in ``unit`` (the watermark's transaction)."""
-        assert self._pending is not None
-        self._pending.unit = unit
+        """The high watermark's rows were produced in ``unit`` (the watermark's transaction).
+        Exactly-once the cursor moves now, and its record goes into the Kafka transaction that
+        carries the rows: whatever a restart finds committed, rows and cursor agree."""
+        pending = self._pending
+        assert pending is not None
+        pending.unit = unit
+        if self._transactions is not None:
+            self._advance(pending)
+            self._persist(sync=False, between=False)
 
     # -- driving ------------------------------------------------------------------------------------
     def tick(self, encode: Encode, key_columns: Callable[[Relation], tuple[str, ...]]) -> None:
@@ -422,15 +457,22 @@ class IncrementalSnapshotter:
             return
         self._read_chunk(table, plan, relation, encode)
 
-    def _chunk_done(self, pending: _PendingChunk) -> None:
+    def _advance(self, pending: _PendingChunk) -> None:
+        """Move the cursor past ``pending`` (or finish its table)."""
         table = pending.table
-        self._metrics.snapshot_rows.labels(table).inc(pending.emitted)
         self._table_rows[table] = self._table_rows.get(table, 0) + pending.emitted
         if pending.last:
             self._table_done(table)
         else:
             self.state.after = pending.next_after
-        self._persist(sync=False)
+
+    def _chunk_done(self, pending: _PendingChunk) -> None:
+        """``pending``'s rows are acknowledged (exactly-once: committed, cursor included)."""
+        table = pending.table
+        self._metrics.snapshot_rows.labels(table).inc(pending.emitted)
+        if self._transactions is None:
+            self._advance(pending)
+            self._persist(sync=False)
         now = time.monotonic()
         if now - self._last_report >= PROGRESS_EVERY_S and not pending.last:
             self._last_report = now

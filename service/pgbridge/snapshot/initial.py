@@ -10,6 +10,9 @@
         ▼
  on_chunk_durable → progress record (see progress.py for why this order makes resume safe)
 ```
+In exactly-once mode the workers read each chunk in position order (key, or tableoid and ctid)
+and hand over every row's position with it; each Kafka transaction then records how far every
+chunk it carries got, and a restart resumes each chunk after that position (progress.py).
 Rows are read with ``COPY ... TO STDOUT`` in text format, whose field text is exactly what
 pgoutput sends for the same values, so snapshot rows go through the same encoder as streamed
 rows and land on the same topic with the same writer schema. Workers only read and parse; the
@@ -42,8 +45,24 @@ from pgbridge.errors import PgbridgeError, SourceUnavailable, TransientError
 from pgbridge.identifiers import table_name
 from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import Metrics
-from pgbridge.snapshot.chunking import CHUNK_BY_CTID, Chunk, TablePlan, chunk_copy_query, plan_table
-from pgbridge.snapshot.progress import ProgressStore, done_key, header_key, initial_progress, plan_key
+from pgbridge.snapshot.chunking import (
+    CHUNK_BY_CTID,
+    Chunk,
+    TablePlan,
+    chunk_copy_query,
+    plan_table,
+    position_columns,
+    positioned_copy_query,
+    table_storage,
+)
+from pgbridge.snapshot.progress import (
+    ProgressStore,
+    done_key,
+    header_key,
+    initial_progress,
+    plan_key,
+    resume_key,
+)
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection, build_conninfo
 from pgbridge.source.selection import TableSelection
@@ -126,19 +145,30 @@ def parse_copy_lines(chunks: Iterator[bytes | memoryview], column_count: int) ->
 ConnT = psycopg.Connection[tuple[object, ...]]
 
 
+Position = tuple[str, ...]
+
+
 class ChunkSink(Protocol):
     """Where snapshot rows go: the pipeline's encoder, producer and ack tracker (main thread only)."""
 
-    def begin_chunk(self) -> Unit: ...
+    @property
+    def positions(self) -> bool:
+        """Whether rows come with their positions, in position order (exactly-once: progress.py)."""
 
-    def emit(self, relation: Relation, row: TupleData, unit: Unit) -> None: ...
+    def begin_chunk(self, chunk: Chunk) -> Unit: ...
+
+    def emit(self, relation: Relation, row: TupleData, unit: Unit, position: Position | None = None) -> None:
+        """One row of the chunk begun as ``unit``; ``position`` when ``positions``."""
 
     def end_chunk(self, unit: Unit, chunk: Chunk) -> None:
-        """Every row of ``chunk`` was emitted under ``unit`` (exactly-once: its progress record goes
-        into the same Kafka transaction)."""
+        """Every row of ``chunk`` was emitted under ``unit`` (exactly-once: the Kafka transaction
+        that commits its last row, or the next one, carries its done record)."""
 
     def service(self) -> None:
         """Serve delivery reports; raise if a delivery failed."""
+
+    def close(self) -> None:
+        """The snapshot is over (or failed): nothing more comes through this sink."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,30 +232,60 @@ def relations_for(conn: ConnT, plans: list[TablePlan], publication: str, metrics
     return tables
 
 
-def chunks_to_read(tables: list[SnapshotTable], done: set[tuple[str, int]]) -> list[Chunk]:
-    """Chunks without a done record; a keyless table with any of them is read again whole
-    (ctid ranges do not identify the same rows in another snapshot)."""
-    todo: list[Chunk] = []
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """A chunk to read, all of it or (exactly-once, resuming) only its rows after ``after``."""
+
+    chunk: Chunk
+    after: Position | None = None
+
+
+def chunks_to_read(tables: list[SnapshotTable], done: set[tuple[str, int]],
+                   resume: Mapping[tuple[str, int], Position] | None = None, *,
+                   rewritten: frozenset[str] = frozenset(), by_position: bool = False) -> list[ChunkRead]:
+    """Chunks without a done record, each after its resume position if it has one.
+
+    At least once (``by_position`` False) a keyless table with any unfinished chunk is read again
+    whole: ctid ranges may not name the same rows in another snapshot. Exactly-once, positions are
+    trusted unless the table is in ``rewritten`` (its storage changed since the plan), which
+    leaves nothing for a keyless table but reading it whole again."""
+    todo: list[ChunkRead] = []
     for entry in tables:
         plan = entry.plan
         missing = [c for c in plan.chunks if (plan.table, c.index) not in done]
-        if missing and plan.kind == CHUNK_BY_CTID:
-            missing = list(plan.chunks)
-        todo.extend(missing)
+        if missing and plan.kind == CHUNK_BY_CTID and (not by_position or plan.table in rewritten):
+            todo.extend(ChunkRead(c) for c in plan.chunks)
+            continue
+        todo.extend(ChunkRead(c, (resume or {}).get((plan.table, c.index)) if by_position else None)
+                    for c in missing)
     return todo
+
+
+def rewritten_tables(conn: ConnT, tables: list[SnapshotTable]) -> frozenset[str]:
+    """Keyless tables whose storage changed since their plan (their ctid positions name other rows
+    now); each is read again whole, so its committed rows will be visible twice: said in the log."""
+    rewritten = frozenset(t.plan.table for t in tables if t.plan.kind == CHUNK_BY_CTID
+                          and table_storage(conn, t.relation.rel_id) != t.plan.storage)
+    for table in sorted(rewritten):
+        log.warning("a table without a key was rewritten (VACUUM FULL, CLUSTER, ALTER TABLE) during its "
+                    "interrupted snapshot; reading it again whole, so a read_committed consumer sees its rows "
+                    "committed before the restart twice", extra={"table": table})
+    return rewritten
 
 
 class _Worker(threading.Thread):
     """Reads chunks from ``work`` in the shared snapshot and hands parsed rows to ``out``."""
 
     def __init__(self, number: int, conn: ConnT, tables: dict[str, SnapshotTable],
-                 work: queue.Queue[Chunk], out: queue.Queue[tuple[object, ...]], abort: threading.Event) -> None:
+                 work: queue.Queue[ChunkRead], out: queue.Queue[tuple[object, ...]], abort: threading.Event,
+                 *, positions: bool) -> None:
         super().__init__(name=f"pgbridge-snapshot-{number}", daemon=True)
         self.conn = conn
         self.tables = tables
         self.work = work
         self.out = out
         self.abort = abort
+        self.positions = positions
 
     def _put(self, item: tuple[object, ...]) -> bool:
         while not self.abort.is_set():
@@ -240,23 +300,11 @@ class _Worker(threading.Thread):
         try:
             while not self.abort.is_set():
                 try:
-                    chunk = self.work.get_nowait()
+                    read = self.work.get_nowait()
                 except queue.Empty:
                     break
-                entry = self.tables[chunk.table]
-                query = chunk_copy_query(entry.plan, entry.relation, chunk, entry.row_filter)
-                count = 0
-                batch: list[TupleData] = []
-                with self.conn.cursor() as cursor, cursor.copy(query) as copy:
-                    for row in parse_copy_lines(iter(copy), len(entry.relation.columns)):  # type: ignore[arg-type]
-                        batch.append(row)
-                        if len(batch) >= ROW_BATCH:
-                            count += len(batch)
-                            if not self._put(("rows", chunk, batch)):
-                                return
-                            batch = []
-                count += len(batch)
-                if not self._put(("rows", chunk, batch)) or not self._put(("chunk", chunk, count)):
+                count = self._read(read)
+                if count is None or not self._put(("chunk", read.chunk, count)):
                     return
             self._put(("exit",))
         except BaseException as exc:  # handed to the main thread, which raises it
@@ -268,7 +316,38 @@ class _Worker(threading.Thread):
                 log.debug("closing a snapshot worker connection failed", exc_info=True)
 
 
-def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo: list[Chunk], sink: ChunkSink,
+    def _read(self, read: ChunkRead) -> int | None:
+        """Hand over ``read``'s rows in batches (with their positions, split off each row, when
+        asked for); the number of rows, or None when aborted."""
+        chunk = read.chunk
+        entry = self.tables[chunk.table]
+        width = len(entry.relation.columns)
+        if self.positions:
+            query = positioned_copy_query(entry.plan, entry.relation, chunk, read.after, entry.row_filter)
+            fields = width + len(position_columns(entry.plan))
+        else:
+            query = chunk_copy_query(entry.plan, entry.relation, chunk, entry.row_filter)
+            fields = width
+        count = 0
+        batch: list[TupleData] = []
+        positions: list[Position] | None = [] if self.positions else None
+        with self.conn.cursor() as cursor, cursor.copy(query) as copy:
+            for row in parse_copy_lines(iter(copy), fields):  # type: ignore[arg-type]
+                if positions is not None:
+                    positions.append(tuple(bytes(v or b"").decode() for v in row.values[width:]))
+                    row = TupleData(row.kinds[:width], row.values[:width])
+                batch.append(row)
+                if len(batch) >= ROW_BATCH:
+                    count += len(batch)
+                    if not self._put(("rows", chunk, batch, positions)):
+                        return None
+                    batch = []
+                    positions = [] if self.positions else None
+        count += len(batch)
+        return count if self._put(("rows", chunk, batch, positions)) else None
+
+
+def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo: list[ChunkRead], sink: ChunkSink,
                 on_chunk_durable: Callable[[Chunk, int], None], *, workers: int, metrics: Metrics,
                 stop: threading.Event, connect_timeout_s: float) -> int:
     """Read ``todo`` with ``workers`` connections sharing ``snapshot_name``; return rows read.
@@ -277,19 +356,20 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
     all of them are acknowledged. Returns only when every chunk is durable.
     """
     by_table = {entry.plan.table: entry for entry in tables}
-    work: queue.Queue[Chunk] = queue.Queue()
-    for chunk in todo:
-        work.put(chunk)
+    work: queue.Queue[ChunkRead] = queue.Queue()
+    for chunk_read in todo:
+        work.put(chunk_read)
     count = max(1, min(workers, len(todo)))
     # Import the snapshot in every worker before any reads: the exporter must still be idle.
     connections = [connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s) for _ in range(count)]
     out: queue.Queue[tuple[object, ...]] = queue.Queue(maxsize=count * BATCHES_PER_WORKER)
     abort = threading.Event()
-    threads = [_Worker(i, conn, by_table, work, out, abort) for i, conn in enumerate(connections)]
+    threads = [_Worker(i, conn, by_table, work, out, abort, positions=sink.positions)
+               for i, conn in enumerate(connections)]
     remaining_per_table: dict[str, int] = defaultdict(int)
     rows_per_table: dict[str, int] = defaultdict(int)
-    for chunk in todo:
-        remaining_per_table[chunk.table] += 1
+    for chunk_read in todo:
+        remaining_per_table[chunk_read.chunk.table] += 1
     units: dict[Chunk, Unit] = {}
     waiting: list[tuple[Chunk, Unit, int]] = []
     total = 0
@@ -323,14 +403,19 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
                 continue
             kind = item[0]
             if kind == "rows":
-                read, batch = item[1], item[2]
+                read, batch, positions = item[1], item[2], item[3]
                 assert isinstance(read, Chunk) and isinstance(batch, list)
                 unit = units.get(read)
                 if unit is None:
-                    unit = units[read] = sink.begin_chunk()
+                    unit = units[read] = sink.begin_chunk(read)
                 relation = by_table[read.table].relation
-                for row in batch:
-                    sink.emit(relation, row, unit)
+                if positions is None:
+                    for row in batch:
+                        sink.emit(relation, row, unit)
+                else:
+                    assert isinstance(positions, list)
+                    for row, position in zip(batch, positions, strict=True):
+                        sink.emit(relation, row, unit, position)
                 metrics.snapshot_rows.labels(read.table).inc(len(batch))
                 rows_per_table[read.table] += len(batch)
                 total += len(batch)
@@ -338,7 +423,7 @@ def read_chunks(dsn: str, snapshot_name: str, tables: list[SnapshotTable], todo:
             elif kind == "chunk":
                 finished, rows = item[1], item[2]
                 assert isinstance(finished, Chunk) and isinstance(rows, int)
-                unit = units.pop(finished, None) or sink.begin_chunk()
+                unit = units.pop(finished, None) or sink.begin_chunk(finished)
                 sink.end_chunk(unit, finished)
                 waiting.append((finished, unit, rows))
             elif kind == "exit":
@@ -387,16 +472,22 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
     existing = slots.slot_info(sql_conn, pending)
     previous = initial_progress(records, slot)
     exporter: ConnT
+    resume: Mapping[tuple[str, int], Position]
+    rewritten: frozenset[str]
     if (existing is not None and previous is not None and not existing.active
             and existing.confirmed_flush_lsn == previous.consistent_lsn):
         consistent = Lsn(previous.consistent_lsn)
+        sink = make_sink(consistent)
+        by_position = sink.positions
         exporter, snapshot_name = new_exported_snapshot(dsn, connect_timeout_s=connect_timeout_s)
         plans = [TablePlan.from_json(plan) for plan in previous.plans.values()]
         tables = relations_for(exporter, plans, publication, metrics, config.filters)
-        done = previous.done
+        done, resume = previous.done, previous.resume
+        rewritten = rewritten_tables(exporter, tables) if by_position else frozenset()
         log.info("resuming the initial snapshot in a new consistent snapshot",
                  extra={"slot": pending, "consistent_point": format_lsn(consistent),
-                        "chunks_done": len(done), "chunks": sum(len(p.chunks) for p in plans)})
+                        "chunks_done": len(done), "chunks_resumed": len(resume) if by_position else 0,
+                        "chunks": sum(len(p.chunks) for p in plans)})
     else:
         if existing is not None:
             log.warning("dropping a pending snapshot slot whose progress is unknown; starting over",
@@ -405,6 +496,8 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
         created = repl.create_slot(pending, two_phase=two_phase, export_snapshot=True)
         assert created.snapshot_name is not None
         consistent, snapshot_name = created.consistent_point, created.snapshot_name
+        sink = make_sink(consistent)
+        by_position = sink.positions
         log.info("snapshot slot created", extra={"slot": pending, "consistent_point": format_lsn(consistent)})
         exporter = connect_snapshot(dsn, snapshot_name, connect_timeout_s=connect_timeout_s)
         tables = plan_tables(exporter, slots.published_tables(sql_conn, publication, selection), publication,
@@ -413,7 +506,7 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
                           for t in tables)
         progress.put(header_key(slot), {"consistent_lsn": consistent, "tables": [t.plan.table for t in tables]})
         progress.flush()
-        done = set()
+        done, resume, rewritten = set(), {}, frozenset()
     written: list[str] = []
 
     def chunk_durable(chunk: Chunk, _rows: int) -> None:
@@ -421,17 +514,20 @@ def run_initial_snapshot(*, dsn: str, repl: ReplicationConnection, sql_conn: Con
         progress.put(key, {"consistent_lsn": consistent})
         written.append(key)
 
+    todo = chunks_to_read(tables, done, resume, rewritten=rewritten, by_position=by_position)
     try:
-        read_chunks(dsn, snapshot_name, tables, chunks_to_read(tables, done), make_sink(consistent),
-                    chunk_durable, workers=config.workers, metrics=metrics, stop=stop,
-                    connect_timeout_s=connect_timeout_s)
+        read_chunks(dsn, snapshot_name, tables, todo, sink, chunk_durable, workers=config.workers,
+                    metrics=metrics, stop=stop, connect_timeout_s=connect_timeout_s)
     finally:
+        sink.close()
         exporter.close()
     slots.copy_slot(sql_conn, pending, slot)
     slots.drop_slot(sql_conn, pending)
     names = [t.plan.table for t in tables]
     # The attempt is over: tombstones let compaction forget it.
+    resumed = {(r.chunk.table, r.chunk.index) for r in todo} | set(resume) if by_position else set()
     progress.put_many((key, None) for key in [*written, *(done_key(slot, t, i) for t, i in done),
+                                              *(resume_key(slot, t, i) for t, i in resumed),
                                               *(plan_key(slot, t) for t in names), header_key(slot)])
     progress.flush()
     log.info("initial snapshot complete; slot created", extra={"slot": slot, "tables": names})

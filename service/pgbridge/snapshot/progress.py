@@ -19,6 +19,9 @@ Records
   pending slot ``{slot}_snapshot``; it identifies the attempt.
 - ``{slot}/initial/done/{table}/{index}``: chunk ``index`` of ``table`` was read and every one of
   its rows acknowledged.
+- ``{slot}/initial/resume/{table}/{index}`` (exactly-once only): ``{"consistent_lsn": C, "after":
+  [...]}``, the position (snapshot/chunking.py) of the last row of the chunk that is committed in
+  Kafka; written inside the Kafka transaction that commits that row.
 - ``{slot}/incremental``: the queue of incremental snapshots, the key after which the current
   table continues, the last signal acted on, and whether a pause-snapshot signal holds the queue.
 - ``{slot}/tables``: the tables whose rows have been (or are being) snapshotted: a table in the
@@ -54,6 +57,27 @@ header is missing or names another ``C``, the pending slot is dropped and the sn
 The real slot is created (``pg_copy_logical_replication_slot``) only after every chunk is done, so
 its confirmed LSN never passes a row that is not in Kafka.
 
+Exactly-once: progress travels with every Kafka transaction
+-----------------------------------------------------------
+With ``kafka.exactly_once`` a chunk's rows may be spread over several Kafka transactions (the
+``transaction_max_ms`` / ``transaction_max_bytes`` bounds, and parallel workers whose chunks share a
+transaction), so a record per *chunk* cannot be committed with all of its rows. Instead every Kafka
+transaction that carries snapshot rows also carries, for each chunk it touches, how far that chunk
+got: its ``done`` record if the chunk ended, else its ``resume`` record with the position of its
+last row (``ChunkProgress``, written just before ``commit_transaction``: publish/transactions.py
+``before_commit``). The rows of a chunk are read in position order, so "committed" is exactly
+"at or before the recorded position", and a restart reads each chunk after its position: no row
+that a ``read_committed`` reader can see is read again. The new snapshot ``S'`` argument above
+holds for the rest of the chunk as it does for whole chunks. A keyless table's position is
+``(tableoid, ctid)``, which names the same row in ``S'`` only if the table was not rewritten
+since ``C``: its plan keeps the storage files it was made on, and if they changed (``VACUUM FULL``,
+``CLUSTER``) the table is read again whole, and its committed rows appear twice (logged as a
+warning). On start the progress topic is read again once ``init_transactions`` has fenced the
+previous producer, so a transaction that producer was committing when it died is seen whole.
+
+At least once none of this is written: the ``done`` record follows the acknowledgement of the
+chunk's rows as before, chunks are read unordered, and a chunk in flight at a crash is read again.
+
 Incremental snapshots
 ---------------------
 The current table's chunk rows are produced inside the unit of the transaction that carries the
@@ -62,14 +86,20 @@ The ``{slot}/incremental`` record moves forward only after that; a crash in betw
 chunk (duplicate ``op=r`` only). A signal is recorded synchronously before its transaction can be
 confirmed, so it is acted on exactly once even when the signal is decoded again after a restart
 (signals at or below the recorded ``signal_lsn`` are ignored).
+
+Exactly-once: the ``{slot}/incremental`` record moves forward when the chunk's rows are produced and
+is written into the Kafka transaction that carries them (and the signal's), so the committed
+record and the committed rows always agree, and the high watermark's transaction, skipped after a
+restart when it is whole in Kafka, is never followed by a second read of the same chunk. Written
+outside a transaction only when none is open, and then flushed before anything else is produced.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, Producer
@@ -104,6 +134,22 @@ def done_key(slot: str, table: str, index: int) -> str:
     return f"{slot}/initial/done/{table}/{index}"
 
 
+def resume_key(slot: str, table: str, index: int) -> str:
+    return f"{slot}/initial/resume/{table}/{index}"
+
+
+def chunk_progress(consistent_lsn: int, after: tuple[str, ...] | None) -> dict[str, Any]:
+    """The value of a chunk's ``done`` record (``after`` None) or ``resume`` record."""
+    if after is None:
+        return {"consistent_lsn": consistent_lsn}
+    return {"consistent_lsn": consistent_lsn, "after": list(after)}
+
+
+def encode_record(value: dict[str, Any] | None) -> bytes | None:
+    """The bytes of a progress record's value (``None``: a tombstone)."""
+    return None if value is None else json.dumps(value, separators=(",", ":")).encode()
+
+
 def incremental_key(slot: str) -> str:
     return f"{slot}/incremental"
 
@@ -119,6 +165,8 @@ class InitialProgress:
     consistent_lsn: int
     plans: dict[str, dict[str, Any]]
     done: set[tuple[str, int]]
+    # exactly-once: the position of the last committed row of chunks neither done nor untouched
+    resume: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
 
 
 def initial_progress(records: dict[str, dict[str, Any]], slot: str) -> InitialProgress | None:
@@ -134,12 +182,58 @@ def initial_progress(records: dict[str, dict[str, Any]], slot: str) -> InitialPr
             return None
         plans[table] = plan["plan"]
     done: set[tuple[str, int]] = set()
-    prefix = f"{slot}/initial/done/"
+    resume: dict[tuple[str, int], tuple[str, ...]] = {}
+    done_prefix, resume_prefix = f"{slot}/initial/done/", f"{slot}/initial/resume/"
     for key, value in records.items():
-        if key.startswith(prefix) and int(value.get("consistent_lsn", -1)) == consistent_lsn:
-            table, _, index = key[len(prefix):].rpartition("/")
+        if int(value.get("consistent_lsn", -1)) != consistent_lsn:
+            continue
+        if key.startswith(done_prefix):
+            table, _, index = key[len(done_prefix):].rpartition("/")
             done.add((table, int(index)))
-    return InitialProgress(consistent_lsn, plans, done)
+        elif key.startswith(resume_prefix) and value.get("after") is not None:
+            table, _, index = key[len(resume_prefix):].rpartition("/")
+            resume[(table, int(index))] = tuple(str(v) for v in value["after"])
+    return InitialProgress(consistent_lsn, plans, done, {k: v for k, v in resume.items() if k not in done})
+
+
+class ChunkPositions:
+    """Exactly-once: how far each chunk of the initial snapshot got, written into every Kafka
+    transaction that carries its rows (``write``, a ``before_commit`` hook of
+    publish/transactions.py): a ``resume`` record with the position of the chunk's last row
+    produced so far, or its ``done`` record once it ended. Units stand for chunks (snapshot sink)."""
+
+    def __init__(self, topic: str, slot: str, consistent_lsn: int) -> None:
+        self._topic = topic
+        self._slot = slot
+        self._consistent_lsn = consistent_lsn
+        self._chunks: dict[object, tuple[str, int]] = {}  # unit -> (table, index)
+        self._reached: dict[object, tuple[str, ...]] = {}  # since the last write
+        self._ended: list[tuple[str, int]] = []  # since the last write
+
+    def begin(self, unit: object, table: str, index: int) -> None:
+        self._chunks[unit] = (table, index)
+
+    def reached(self, unit: object, position: tuple[str, ...]) -> None:
+        """The row at ``position`` was produced (rows come in position order)."""
+        self._reached[unit] = position
+
+    def end(self, unit: object) -> None:
+        self._reached.pop(unit, None)
+        self._ended.append(self._chunks.pop(unit))
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """The records the open Kafka transaction needs, and forget them (it is about to commit)."""
+        records = [(resume_key(self._slot, *self._chunks[unit]), chunk_progress(self._consistent_lsn, position))
+                   for unit, position in self._reached.items()]
+        records += [(done_key(self._slot, table, index), chunk_progress(self._consistent_lsn, None))
+                    for table, index in self._ended]
+        self._reached.clear()
+        self._ended.clear()
+        return records
+
+    def write(self, produce: Callable[[str, bytes, bytes | None], None]) -> None:
+        for key, value in self.pending():
+            produce(self._topic, key.encode(), encode_record(value))
 
 
 class ProgressStore:
@@ -169,7 +263,7 @@ class ProgressStore:
     def put(self, key: str, value: dict[str, Any] | None) -> None:
         """Produce one record (``None``: tombstone); durable once ``flush`` returned."""
         producer = self._ensure()
-        payload = None if value is None else json.dumps(value, separators=(",", ":")).encode()
+        payload = encode_record(value)
 
         def on_delivery(error: KafkaError | None, _message: object) -> None:
             if error is not None:

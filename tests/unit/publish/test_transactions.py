@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from pgbridge.ack.tracker import AckTracker
 from pgbridge.lsn import Lsn
-from pgbridge.publish.transactions import BatchPolicy, Position, transactional_id
+from pgbridge.publish.transactions import (
+    BatchPolicy,
+    KafkaTransactions,
+    Position,
+    ProduceInto,
+    transactional_id,
+)
+from tests.support.transactions_double import TransactionalProducer
 
 
 def test_a_whole_position_skips_every_transaction_committed_at_or_before_it() -> None:
@@ -39,3 +47,51 @@ def test_batches_commit_at_a_boundary_once_old_or_big_and_split_only_near_the_ti
 def test_the_transactional_id_is_stable_for_a_slot_and_prefix() -> None:
     assert transactional_id("pgbridge", "orders") == "pgbridge-pgbridge-orders"
     assert transactional_id("a", "s") != transactional_id("b", "s")
+
+
+def _transactions(producer: TransactionalProducer, *, max_bytes: int = 1000,
+                  clock: list[float] | None = None) -> KafkaTransactions:
+    now = clock if clock is not None else [0.0]
+    return KafkaTransactions(producer, AckTracker(), offsets_topic="p._offsets",  # type: ignore[arg-type]
+                             slot="s", policy=BatchPolicy(max_age_s=0.5, max_bytes=max_bytes, split_after_s=300),
+                             clock=lambda: now[0])
+
+
+def test_before_commit_hooks_produce_into_the_transaction_they_commit_with() -> None:
+    producer = TransactionalProducer()
+    transactions = _transactions(producer)
+    calls: list[int] = []
+
+    def hook(produce: ProduceInto) -> None:
+        calls.append(len(calls))
+        produce("p._snapshot", b"k", b"progress")
+
+    unregister = transactions.before_commit(hook)
+    transactions.commit()  # nothing open: no transaction, no hook
+    assert calls == [] and producer.committed == []
+    transactions.ensure_open()
+    producer.produce("p.t", b"row", b"1")
+    transactions.boundary(Position(Lsn(10)))
+    transactions.commit()
+    assert producer.committed == [[("p.t", b"1", b"row"), ("p._snapshot", b"k", b"progress"),
+                                   ("p._offsets", b"s", Position(Lsn(10)).to_json())]]
+    unregister()
+    transactions.ensure_open()
+    transactions.commit()
+    assert calls == [0] and producer.committed[1] == []
+
+
+def test_a_transaction_is_due_once_old_or_big_enough() -> None:
+    clock = [0.0]
+    transactions = _transactions(TransactionalProducer(), clock=clock)
+    assert not transactions.due()  # none open
+    transactions.ensure_open()
+    assert not transactions.due()
+    transactions.wrote(1, 999)
+    assert not transactions.due()
+    transactions.wrote(1, 1)
+    assert transactions.due()
+    transactions.commit()
+    transactions.ensure_open()
+    clock[0] = 0.5
+    assert transactions.due()

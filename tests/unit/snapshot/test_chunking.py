@@ -11,6 +11,7 @@ from pgbridge.snapshot.chunking import (
     ctid_chunks,
     key_chunks,
     next_rows_copy_query,
+    positioned_copy_query,
 )
 
 
@@ -80,3 +81,34 @@ def test_incremental_pages_stop_at_the_largest_key_seen_when_the_snapshot_starte
 def test_plans_survive_json() -> None:
     for plan in (_plan(), _plan(CHUNK_BY_CTID)):
         assert TablePlan.from_json(plan.to_json()) == plan
+
+
+def test_exactly_once_reads_a_chunk_in_key_order_with_each_rows_position_after_a_resume_point() -> None:
+    relation = Relation(xid=None, rel_id=1, namespace="s", name="t", replica_identity="d",
+                        columns=(Column(True, "a", 20, -1), Column(True, "b", 25, -1)))
+    plan = _plan()
+    query = positioned_copy_query(plan, relation, plan.chunks[1], ("3", "q")).as_string(None)
+    assert query == ('COPY (SELECT "a", "b", "a"::text AS "pgbridge_position_0", "b"::text AS "pgbridge_position_1" '
+                     "FROM \"s\".\"t\" WHERE ROW(\"a\", \"b\") > ROW('1'::bigint, 'x'::text) AND "
+                     "ROW(\"a\", \"b\") <= ROW('5'::bigint, 'y'::text) AND "
+                     "ROW(\"a\", \"b\") > ROW('3'::bigint, 'q'::text) ORDER BY \"a\", \"b\") TO STDOUT")
+    assert "> ROW('3'" not in positioned_copy_query(plan, relation, plan.chunks[1], None).as_string(None)
+
+
+def test_a_keyless_chunk_is_positioned_by_partition_and_ctid() -> None:
+    relation = Relation(xid=None, rel_id=1, namespace="s", name="t", replica_identity="d",
+                        columns=(Column(False, "a", 20, -1),))
+    plan = _plan(CHUNK_BY_CTID)
+    query = positioned_copy_query(plan, relation, plan.chunks[1], ("16390", "(5,3)"), "a > 1").as_string(None)
+    assert query == ('COPY (SELECT "a", tableoid::text AS "pgbridge_position_0", ctid::text AS "pgbridge_position_1" '
+                     "FROM \"s\".\"t\" WHERE (ctid >= '(4,0)'::tid AND ctid < '(8,0)'::tid AND "
+                     "ROW(tableoid, ctid) > ROW('16390'::oid, '(5,3)'::tid)) AND (a > 1) "
+                     "ORDER BY tableoid, ctid) TO STDOUT")
+
+
+def test_a_keyless_plan_keeps_its_storage_through_json_and_older_plans_have_none() -> None:
+    plan = TablePlan("s", "t", CHUNK_BY_CTID, (), (), 100, ctid_chunks("s.t", 10, 4), storage=(16384, 16390))
+    assert TablePlan.from_json(plan.to_json()) == plan
+    older = plan.to_json()
+    del older["storage"]
+    assert TablePlan.from_json(older).storage == ()

@@ -3,9 +3,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pgbridge.ack.tracker import AckTracker
 from pgbridge.encode.envelope import OutRecord
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
+from pgbridge.publish.transactions import BatchPolicy, KafkaTransactions
 from pgbridge.snapshot.incremental import (
     IncrementalSnapshotter,
     IncrementalState,
@@ -14,6 +16,7 @@ from pgbridge.snapshot.incremental import (
     watermark_prefix,
 )
 from tests.support.progress import MemoryProgress
+from tests.support.transactions_double import TransactionalProducer
 
 
 def _snapshotter() -> tuple[IncrementalSnapshotter, MemoryProgress]:
@@ -90,3 +93,40 @@ def test_state_survives_json() -> None:
     state = IncrementalState(["public.a"], ["5", "x"], 42)
     assert IncrementalState.from_json(json.loads(json.dumps(state.to_json()))) == state
     assert IncrementalState.from_json(None) == IncrementalState()
+
+
+def test_exactly_once_the_cursor_moves_with_the_rows_into_their_kafka_transaction() -> None:
+    # given: exactly-once, a chunk of public.a between its watermarks
+    progress, producer = MemoryProgress(), TransactionalProducer()
+    tracker = AckTracker()
+    transactions = KafkaTransactions(producer, tracker, offsets_topic="p._offsets", slot="s1",  # type: ignore[arg-type]
+                                     policy=BatchPolicy(max_age_s=60, max_bytes=1 << 30, split_after_s=300))
+    snap = IncrementalSnapshotter(dsn="", slot="s1", publication="p", chunk_rows=10, signal_prefix="pgbridge.signal",
+                                  progress=progress, metrics=Metrics(), connect_timeout_s=1,  # type: ignore[arg-type]
+                                  transactions=transactions)
+    snap.state.queue = ["public.a"]
+    snap._pending = _PendingChunk(token="tok", table="public.a", buffer={b"1": _record(b"1")},
+                                  next_after=["9"], last=False)
+    # when: the high watermark's transaction produces the rows and the Kafka transaction commits
+    unit = tracker.open_unit()
+    transactions.hold(unit)
+    snap.on_watermark(json.dumps({"kind": "low", "token": "tok"}).encode())
+    snap.on_watermark(json.dumps({"kind": "high", "token": "tok"}).encode())
+    snap.chunk_produced(unit)
+    assert snap.state.after == ["9"] and progress.records == {}  # moved, not yet written anywhere
+    transactions.commit()
+    # then: the cursor is committed with the rows; nothing went around the transaction
+    (committed,) = producer.committed
+    assert [(topic, key, json.loads(value or b"")["after"]) for topic, key, value in committed] == [
+        ("p._snapshot", b"s1/incremental", ["9"])]
+    assert progress.records == {} and progress.flushes == 0
+    # ... a signal inside a transaction goes into it too; with none open, straight to the store
+    transactions.ensure_open()
+    snap.on_signal(_signal("public.b"), Lsn(100))
+    assert progress.records == {} and producer.open == []
+    transactions.commit()
+    assert json.loads(producer.committed[1][0][2] or b"")["queue"] == ["public.a", "public.b"]
+    snap.check_publication(["public.a"], snapshot_new=True)
+    snap.check_publication(["public.a", "public.c"], snapshot_new=True)
+    assert progress.records["s1/incremental"]["queue"] == ["public.a", "public.b", "public.c"]
+    assert progress.flushes >= 2

@@ -1,0 +1,30 @@
+"""A stand-in for a transactional confluent-kafka ``Producer`` in unit tests of what goes into each
+Kafka transaction (publish/transactions.py ``KafkaTransactions``): the records produced, grouped by
+the transaction that committed them."""
+
+from __future__ import annotations
+
+
+class TransactionalProducer:
+    def __init__(self) -> None:
+        self.open: list[tuple[str, bytes | None, bytes | None]] | None = None
+        self.committed: list[list[tuple[str, bytes | None, bytes | None]]] = []
+
+    def init_transactions(self, _timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        assert self.open is None
+        self.open = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: object) -> None:
+        assert self.open is not None, "produced outside a transaction"
+        self.open.append((topic, key, value))
+
+    def commit_transaction(self, _timeout: float) -> None:
+        assert self.open is not None
+        self.committed.append(self.open)
+        self.open = None
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.open = None
