@@ -346,9 +346,11 @@ def _captured_tables(conn: psycopg.Connection[tuple[object, ...]], pg: PostgresC
 def _schemas(settings: Settings, *, subjects: bool = False) -> int:
     from pgbridge.decode.messages import Relation
     from pgbridge.encode.columns import ColumnRules, encoder_for
+    from pgbridge.encode.schema_change import schema_change_schemas
     from pgbridge.encode.wire import SingleObjectRegistrar
     from pgbridge.pipeline import numeric_policy
     from pgbridge.publish.routing import TopicRouter
+    from pgbridge.publish.topics import schema_changes_topic
     from pgbridge.source import slots
     from pgbridge.source.keys import message_keys
     from pgbridge.source.type_catalog import CatalogTypes
@@ -384,7 +386,10 @@ def _schemas(settings: Settings, *, subjects: bool = False) -> int:
             if key_subject is not None and key is not None:
                 registered.setdefault(key_subject, (topic, key))
             registered.setdefault(value_subject, (topic, value))
-        for fixed_topic, subject, fixed in encoder.fixed_schemas():
+        fixed_schemas = encoder.fixed_schemas()
+        if pg.ddl_events:
+            fixed_schemas += schema_change_schemas(encoder, schema_changes_topic(settings.kafka.topic_prefix))
+        for fixed_topic, subject, fixed in fixed_schemas:
             registered.setdefault(subject, (fixed_topic, fixed))
     if subjects:
         output = [{"subject": subject, "topic": topic, "schema": schema}

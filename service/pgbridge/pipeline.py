@@ -40,6 +40,8 @@ from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
 from pgbridge.encode.columns import ColumnRules, PolicyEncoder, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
+from pgbridge.encode.renames import RenameHistory
+from pgbridge.encode.schema_change import SchemaChanges
 from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
     BrokerUnavailable,
@@ -62,6 +64,7 @@ from pgbridge.publish.outbox import OutboxRouter, outbox_router
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
 from pgbridge.publish.routing import PublishFilter, TopicRouter
+from pgbridge.publish.topics import schema_changes_topic
 from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
 from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
@@ -79,6 +82,7 @@ from pgbridge.snapshot.progress import ProgressStore
 from pgbridge.snapshot.sink import SnapshotSink
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
+from pgbridge.source.ddl_trigger import prepare_ddl_capture
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
 from pgbridge.source.keys import KeyColumns, message_keys
 from pgbridge.source.monitor import SlotIdentity
@@ -155,6 +159,8 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
                              "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
         role = server_role(sql, pg)
         prepare_publication(sql, pg, standby=role.standby)
+        if pg.ddl_events and not role.standby:  # a standby cannot create it; the primary's trigger replicates
+            prepare_ddl_capture(sql, pg)
         repl = ReplicationConnection(dsn, connect_timeout_s=pg.connect_timeout_s, failover=pg.failover_slot)
         if role.standby:
             repl.standby = True
@@ -240,6 +246,8 @@ class Session:
         dispatcher = self.dispatcher = Dispatcher(
             encoder=conn.encoder, deliveries=deliveries, filter=PublishFilter.of(self.settings.kafka),
             incremental=snapshotter, outbox=outbox)
+        if pg.ddl_events:
+            conn.encoder.schema_changes = _schema_changes(self.settings, conn, self.progress.topic, records)
         self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher, idle=self._idle_tick)
         self._prepare_slot(conn, records, partial(_BeatingSnapshotSink, deliveries, conn.encoder, self.progress,
                                                   outbox=outbox, health=self.health))
@@ -485,6 +493,24 @@ def _stopped(settings: Settings, *, drained: bool) -> None:
                     "a transaction cut short); the next start resumes from it", extra={"slot": pg.slot})
         return
     slots.drop_slot_on_stop(pg.dsn.get_secret_value(), pg.slot, connect_timeout_s=pg.connect_timeout_s)
+
+
+def _schema_changes(settings: Settings, conn: Connections, history_topic: str,
+                    records: dict[str, dict[str, Any]]) -> SchemaChanges:
+    """``postgres.ddl_events``: the rename history in force at the slot's confirmed LSN (from the
+    progress records read at start), and where the DDL events and their history records go."""
+    pg = settings.postgres
+    info = slots.slot_info(conn.sql, pg.slot)
+    history = RenameHistory.load(records, pg.slot, None if info is None else info.confirmed_flush_lsn)
+    selection = stream_filter(pg)
+    return SchemaChanges(encoder=conn.encoder, history=history, publication=pg.publication,
+                         captured=_every_table if selection is None else selection.matches,
+                         topic=schema_changes_topic(settings.kafka.topic_prefix), history_topic=history_topic,
+                         slot=pg.slot)
+
+
+def _every_table(_schema: str, _table: str) -> bool:
+    return True
 
 
 class _BeatingSnapshotSink(SnapshotSink):

@@ -20,6 +20,7 @@ from pgbridge.snapshot.filters import filter_problems
 from pgbridge.snapshot.modes import StartAction, decide_start
 from pgbridge.source import slots
 from pgbridge.source.connection import FAILOVER_VERSION
+from pgbridge.source.ddl_trigger import trigger_problem
 from pgbridge.source.keys import (
     NULLABLE_HINT,
     message_key,
@@ -132,6 +133,9 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
             problems.extend(_binary_problems(conn, catalog, str(schema), str(name),
                                              pg.publication if publication_exists else None))
     problems.extend(_message_key_problems(conn, settings, [(str(a), str(b)) for a, b in tables]))
+    ddl = None if standby else trigger_problem(conn, pg)  # postgres.ddl_events (source/ddl_trigger.py)
+    if ddl is not None:
+        problems.append(Problem("error", *ddl))
     if publication_exists:
         problems.extend(Problem("error", problem, fix) for problem, fix in
                         filter_problems(conn, pg.publication, settings.snapshot.filters, stream_filter(pg)))

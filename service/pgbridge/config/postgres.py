@@ -73,6 +73,12 @@ class PostgresConfig(_Section):
     # On a clean stop (SIGTERM/SIGINT, everything delivered and confirmed) drop the slot: Debezium's
     # slot.drop.on.stop. The next start takes a new snapshot; changes in between are never captured.
     drop_slot_on_stop: bool = False
+    # Schema changes as events (docs/schema-changes.md): an event trigger writes each DDL command of
+    # a published table into the WAL, published in commit order on {prefix}.schema_changes, and a
+    # renamed column's new field names its old name in Avro aliases. Off by default: creating the
+    # trigger needs a superuser (pgbridge installs it when its role is one; `pgbridge check` prints
+    # the SQL otherwise), and without it renames are a dropped and an added field, as before.
+    ddl_events: bool = False
 
     @field_validator("table_include", "table_exclude", mode="before")
     @classmethod

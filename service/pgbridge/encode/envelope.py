@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -33,6 +33,7 @@ from pgbridge.config import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.decode.messages import IDENTITY_FULL, IDENTITY_INDEX, Relation, TupleData
 from pgbridge.encode import schemas
 from pgbridge.encode.plan import OP_CREATE, TablePlan, kernel_built
+from pgbridge.encode.renames import ColumnAliases
 from pgbridge.encode.schemas import Schema
 from pgbridge.encode.subjects import SubjectNameStrategy, subject_name
 from pgbridge.encode.toast import TOAST_CACHE, TOAST_MARKER, TOAST_OLD_TUPLE, TOAST_POLICIES, ToastCache
@@ -42,10 +43,14 @@ from pgbridge.encode.wire import (
     VALUE_BRANCH,
     SchemaRegistrar,
     fingerprint64,
+    schema_json,
     write_long,
     write_string,
 )
 from pgbridge.errors import SchemaError
+
+if TYPE_CHECKING:
+    from pgbridge.encode.schema_change import SchemaChanges
 
 __all__ = ["COMPATIBILITY_COMPATIBLE", "COMPATIBILITY_INCOMPATIBLE", "TOAST_CACHE", "TOAST_MARKER", "TOAST_OLD_TUPLE",
            "TOAST_POLICIES", "ChangeEncoder", "EncodeObserver", "EventContext", "KeyResolver", "OutRecord",
@@ -191,7 +196,7 @@ class ChangeEncoder:
         self._observer: EncodeObserver = observer or _NoObserver()
         self._toast_cache = ToastCache(self._toast.cache_rows, self._observer)
         self._value_schemas: dict[str, Schema] = {}  # table → the last value schema compiled for it
-        self._headers: dict[tuple[str, int], bytes] = {}
+        self._headers: dict[tuple[str, str], bytes] = {}
         self._fixed_headers: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
         self._by_identity: dict[int, tuple[Relation, TablePlan]] = {}
         self._by_shape: dict[tuple[Any, ...], TablePlan] = {}
@@ -202,12 +207,29 @@ class ChangeEncoder:
         self._fixed = {name: _FixedRecord(schemas.standalone_schema(name))
                        for name in ("message", "message_key", "transaction_boundary", "transaction_key")}
         self._buffer = io.BytesIO()
+        # postgres.ddl_events: earlier names of renamed columns as field aliases (encode/renames.py),
+        # and the DDL messages' records (encode/schema_change.py); both set by the pipeline
+        self.column_aliases: ColumnAliases | None = None
+        self.schema_changes: SchemaChanges | None = None
 
     # -- schemas ---------------------------------------------------------------------------------
 
     def topic_for(self, relation: Relation) -> str:
         """The table's topic (``TopicRouter``: its route, else ``{prefix}.{schema}.{table}``)."""
-        return self._router.route(relation.namespace, relation.name)[0]
+        return self.topic_of(relation.namespace, relation.name)
+
+    def topic_of(self, schema: str, table: str) -> str:
+        return self._router.route(schema, table)[0]
+
+    @property
+    def database(self) -> str:
+        return self._database
+
+    def forget(self, rel_id: int) -> None:
+        """Drop the compiled plans of table ``rel_id``, whose rename history just changed, so its
+        next Relation compiles with the new aliases (publish/schema_changes.py; rare: DDL only)."""
+        self._by_shape = {shape: plan for shape, plan in self._by_shape.items() if shape[0] != rel_id}
+        self._by_identity.clear()
 
     def table_of(self, relation: Relation) -> str:
         """``schema.table`` of a Relation version, from its plan (one identity look-up per row)."""
@@ -241,10 +263,11 @@ class ChangeEncoder:
         names = schemas.field_names(relation.columns)
         namespace = schemas.table_namespace(self._prefix, relation.namespace, relation.name)
         key_indexes = self._key_indexes(relation)
-        key = schemas.key_schema(namespace, relation, codecs, names, key_indexes)
+        aliases = None if self.column_aliases is None else self.column_aliases.aliases(relation)
+        key = schemas.key_schema(namespace, relation, codecs, names, key_indexes, aliases)
         if key is not None and self._router.route(relation.namespace, relation.name)[1]:
             key = schemas.with_table_field(key)  # several tables on one topic: the key names its table
-        value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names))
+        value = schemas.envelope_schema(namespace, schemas.row_schema(namespace, relation, codecs, names, aliases))
         return _TableSchemas(codecs, key_indexes, key, value)
 
     def subject(self, topic: str, schema: Schema, *, key: bool) -> str:
@@ -271,7 +294,9 @@ class ChangeEncoder:
         return out
 
     def _header(self, subject: str, schema: Schema) -> bytes:
-        cache_key = (subject, fingerprint64(schema))
+        # By the whole text, not the fingerprint: aliases are not in the Parsing Canonical Form, and a
+        # schema that differs only by them must be registered (announced) with them.
+        cache_key = (subject, schema_json(schema))
         header = self._headers.get(cache_key)
         if header is None:
             header = self._registrar.header_for(subject, schema)
@@ -410,9 +435,16 @@ class ChangeEncoder:
 
     # -- messages and transaction boundaries -----------------------------------------------------
 
-    def _fixed_record(self, topic: str, key_name: str, key: Mapping[str, Any], value_name: str,
-                      value: Mapping[str, Any]) -> OutRecord:
-        key_record, value_record = self._fixed[key_name], self._fixed[value_name]
+    def _fixed_schema(self, name: str) -> _FixedRecord:
+        fixed = self._fixed.get(name)
+        if fixed is None:
+            fixed = self._fixed[name] = _FixedRecord(schemas.standalone_schema(name))
+        return fixed
+
+    def fixed_record(self, topic: str, key_name: str, key: Mapping[str, Any], value_name: str,
+                     value: Mapping[str, Any]) -> OutRecord:
+        """A record of fixed-layout schemas (``schemas/{key_name}.avsc``, ``schemas/{value_name}.avsc``)."""
+        key_record, value_record = self._fixed_schema(key_name), self._fixed_schema(value_name)
         # A fixed record's schema never changes: its headers are looked up once per topic, not
         # fingerprinted per record (a boundary pair per transaction is on the hot path).
         headers = self._fixed_headers.get((topic, key_name, value_name))
@@ -438,7 +470,7 @@ class ChangeEncoder:
             value.update(commit_lsn=ctx.commit_lsn, xid=ctx.xid, ts_us=ctx.ts_us, origin=ctx.origin,
                          transaction={"id": f"{ctx.xid}:{ctx.commit_lsn}", "total_order": ctx.total_order,
                                       "data_collection_order": ctx.collection_order})
-        return self._fixed_record(self.messages_topic, "message_key", {"prefix": prefix}, "message", value)
+        return self.fixed_record(self.messages_topic, "message_key", {"prefix": prefix}, "message", value)
 
     def encode_tx_boundary(self, *, status: Literal["BEGIN", "END"], xid: int, commit_lsn: int, ts_us: int,
                            event_count: int, per_table: Mapping[str, int]) -> OutRecord:
@@ -456,7 +488,7 @@ class ChangeEncoder:
                  "data_collections": [{"data_collection": table, "event_count": count}
                                       for table, count in per_table.items()] if end else None,
                  "ts_us": ts_us, "commit_lsn": commit_lsn, "xid": xid}
-        return self._fixed_record(self.transactions_topic, "transaction_key", {"id": transaction_id},
+        return self.fixed_record(self.transactions_topic, "transaction_key", {"id": transaction_id},
                                   "transaction_boundary", value)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from pgbridge.decode.messages import Column, Relation
 from pgbridge.encode.naming import avro_name, define_named_types_once, distinct_avro_names
+from pgbridge.encode.renames import field_aliases
 from pgbridge.encode.types import NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.encode.wire import PRIMITIVES
 from pgbridge.errors import ConfigError, SchemaError
@@ -180,12 +181,16 @@ def column_codecs(relation: Relation, type_names: TypeNames | None, catalog: Typ
                  for c in relation.columns)
 
 
-def _field(name: str, column: Column, codec: TypeCodec, key: bool) -> Schema:
-    """A row field (``["null", T]``, default null) or a key field (``codec.key_avro``)."""
+def _field(name: str, column: Column, codec: TypeCodec, key: bool, former: tuple[str, ...] = ()) -> Schema:
+    """A row field (``["null", T]``, default null) or a key field (``codec.key_avro``); a column
+    renamed before names its earlier names in ``aliases`` (encode/renames.py)."""
     avro = copy.deepcopy(codec.key_avro if key else codec.avro)
     out: Schema = {"name": name, "type": avro if key else ["null", avro]}
     if not key:
         out["default"] = None
+    aliases = field_aliases(former, name)
+    if aliases:
+        out["aliases"] = list(aliases)
     out["pg_type"] = codec.pg_type
     if name != column.name:
         out["pg_name"] = column.name
@@ -194,9 +199,12 @@ def _field(name: str, column: Column, codec: TypeCodec, key: bool) -> Schema:
 
 
 def _fields(names: tuple[str, ...], columns: tuple[Column, ...], codecs: tuple[TypeCodec, ...],
-            indexes: Iterable[int], key: bool) -> list[Schema]:
-    """One field per column at ``indexes`` and no other field (the contract's row record)."""
-    return _define_named_types_once([_field(names[i], columns[i], codecs[i], key) for i in indexes])
+            indexes: Iterable[int], key: bool, aliases: Mapping[str, tuple[str, ...]] | None = None) -> list[Schema]:
+    """One field per column at ``indexes`` and no other field (the contract's row record);
+    ``aliases`` maps a column name to its earlier names."""
+    former = aliases or {}
+    return _define_named_types_once([_field(names[i], columns[i], codecs[i], key, former.get(columns[i].name, ()))
+                                     for i in indexes])
 
 
 def _define_named_types_once(fields: list[Schema]) -> list[Schema]:
@@ -210,14 +218,14 @@ def _define_named_types_once(fields: list[Schema]) -> list[Schema]:
 
 
 def row_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...],
-               names: tuple[str, ...]) -> Schema:
+               names: tuple[str, ...], aliases: Mapping[str, tuple[str, ...]] | None = None) -> Schema:
     """The ``Value`` record: every column, every field ``["null", T]`` with default null."""
     return {"type": "record", "name": "Value", "namespace": namespace,
-            "fields": _fields(names, relation.columns, codecs, range(len(codecs)), False)}
+            "fields": _fields(names, relation.columns, codecs, range(len(codecs)), False, aliases)}
 
 
 def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...], names: tuple[str, ...],
-               key_indexes: tuple[int, ...]) -> Schema | None:
+               key_indexes: tuple[int, ...], aliases: Mapping[str, tuple[str, ...]] | None = None) -> Schema | None:
     """The ``Key`` record of the key columns in key order, or ``None`` when there are none.
 
     Key fields are not nullable: primary-key and replica-identity-index columns are NOT NULL in
@@ -229,7 +237,7 @@ def key_schema(namespace: str, relation: Relation, codecs: tuple[TypeCodec, ...]
     if not key_indexes:
         return None
     return {"type": "record", "name": "Key", "namespace": namespace,
-            "fields": _fields(names, relation.columns, codecs, key_indexes, True)}
+            "fields": _fields(names, relation.columns, codecs, key_indexes, True, aliases)}
 
 
 def with_table_field(key: Schema) -> Schema:

@@ -315,11 +315,14 @@ class SingleObjectRegistrar:
 
     def __init__(self, announce: Callable[[str, str], None]) -> None:
         self._announce = announce
-        self._announced: set[int] = set()
+        self._announced: set[str] = set()
 
     def header_for(self, subject: str, schema: dict[str, Any]) -> bytes:
         fp = fingerprint64(schema)
-        if fp not in self._announced:
-            self._announce(fingerprint_hex(fp), schema_json(schema))
-            self._announced.add(fp)
+        text = schema_json(schema)
+        # By text: a schema that differs from an announced one only by field aliases (a rename,
+        # encode/renames.py) has the same fingerprint, and is announced again under it with them.
+        if text not in self._announced:
+            self._announce(fingerprint_hex(fp), text)
+            self._announced.add(text)
         return single_object_header(fp)

@@ -10,7 +10,7 @@ One transaction is open at a time (the assembler hands over whole transactions i
 Its ``OpenTransaction`` carries the unit every record is tracked under, the running order
 numbers of the envelope and one tally per table, added to Prometheus once per transaction.
 
-Three things ride along because they must see the same events in the same order:
+Four things ride along because they must see the same events in the same order:
 
 * **exactly-once restarts** (publish/transactions.py): a transaction already whole in Kafka is
   skipped but still seals a unit, so the confirmed LSN moves past it; one committed in parts skips
@@ -19,7 +19,10 @@ Three things ride along because they must see the same events in the same order:
   its keys from the held chunk; signals and watermarks are handed over, and at a chunk's high
   watermark its rows are produced in the watermark transaction's unit;
 * **byte and event accounting**: every record published for a table counts its key and value
-  bytes, whether it is a change, a truncate or a snapshot read (``Deliveries.count``).
+  bytes, whether it is a change, a truncate or a snapshot read (``Deliveries.count``);
+
+* **schema changes** (encode/schema_change.py, ``postgres.ddl_events``): a DDL message of the
+  trigger becomes its records instead of a ``{prefix}.messages`` one; skipped transactions too.
 
 The life of each unit (open, hold under exactly-once, produce, seal, commit) is
 ``publish/delivery.py``'s; the dispatcher only says which unit a record goes in.
@@ -43,6 +46,7 @@ from pgbridge.assemble.units import (
     TxEnd,
     TxOrigin,
 )
+from pgbridge.decode.ddl import DDL_PREFIX
 from pgbridge.decode.messages import PG_EPOCH_UNIX_US
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
@@ -360,6 +364,15 @@ class Dispatcher:
         tx = self._tx
         if tx is None:
             raise FatalError("transactional message outside a transaction reached the encoder")
+        ddl = self.encoder.schema_changes
+        if ddl is not None and event.prefix == DDL_PREFIX:
+            taken = ddl.take(event, tx.begin.commit_lsn)
+            if taken is not None and tx.already_in_kafka():
+                tx.next_context(None)
+            elif taken is not None:
+                for record in ddl.records(taken, tx.next_context(None)):
+                    self._produce(record, tx)
+            return
         if tx.already_in_kafka():
             tx.next_context(None)
             return
@@ -387,7 +400,10 @@ class Dispatcher:
         """Exactly-once restart: events of a transaction whole in Kafka; its END moves the watermark."""
         skipped = self._skipped
         assert skipped is not None
-        if isinstance(event, TxEnd):
+        ddl = self.encoder.schema_changes
+        if isinstance(event, MessageChange) and ddl is not None and event.prefix == DDL_PREFIX:
+            ddl.take(event, skipped.commit_lsn)  # its Relations come next: the history must know
+        elif isinstance(event, TxEnd):
             if event.commit_lsn != skipped.commit_lsn:
                 raise FatalError("transaction end does not match its begin")
             self._skipped = None

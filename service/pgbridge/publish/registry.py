@@ -76,11 +76,11 @@ def schema_announcer(publisher: KafkaPublisher, prefix: str) -> Callable[[str, s
     announced: set[str] = set()
 
     def announce(fingerprint_hex: str, schema_json: str) -> None:
-        if fingerprint_hex in announced:
+        if schema_json in announced:  # by text: aliases are not part of the fingerprint
             return
         publisher.topics.ensure(topic, compacted=True)
         publisher.produce_sync(topic, fingerprint_hex.encode(), schema_json.encode())
-        announced.add(fingerprint_hex)
+        announced.add(schema_json)
 
     return announce
 

@@ -53,6 +53,11 @@ def transactions_topic(prefix: str) -> str:
     return topic_name(prefix, "transactions")
 
 
+def schema_changes_topic(prefix: str) -> str:
+    """DDL events (``postgres.ddl_events``, publish/schema_changes.py)."""
+    return topic_name(prefix, "schema_changes")
+
+
 def schemas_topic(prefix: str) -> str:
     return sanitize(f"{prefix}._schemas")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 import psycopg
 
-from pgbridge.decode.messages import IDENTITY_FULL, Relation
+from pgbridge.decode.messages import IDENTITY_DEFAULT, IDENTITY_FULL, Relation
 from pgbridge.errors import ConfigError, SourceUnavailable
 from pgbridge.identifiers import parse_table, table_name
 
@@ -72,10 +72,24 @@ class KeyColumns:
 
 
 def usable_key(names: tuple[str, ...], relation: Relation) -> tuple[str, ...]:
-    """The catalog's key columns if the Relation carries every one of them, else no key."""
+    """The catalog's key columns if the Relation carries every one of them, else no key.
+
+    The catalog is read now, the Relation comes from the stream's past: a key column renamed
+    since is missing from it under its new name. Under replica identity DEFAULT the Relation
+    flags the primary key's columns as they were named then, so those stand in for the missing
+    names (in the catalog's key order); any other mismatch gives no key."""
     present = {column.name for column in relation.columns}
     key = tuple(name for name in names if name in present)
-    return key if len(key) == len(names) else ()
+    if len(key) == len(names):
+        return key
+    flagged = [column.name for column in relation.columns if column.is_key]
+    if relation.replica_identity != IDENTITY_DEFAULT or len(flagged) != len(names):
+        return ()
+    renamed = [name for name in flagged if name not in names]
+    if len(renamed) != len(names) - len(key):
+        return ()
+    stand_in = iter(renamed)
+    return tuple(name if name in present else next(stand_in) for name in names)
 
 
 def message_key(names: tuple[str, ...], relation: Relation) -> tuple[str, ...]:
