@@ -9,7 +9,8 @@ killed (-9) and restarted in the middle. Then:
   attribute number, whether a retype converts exactly, and which topic each name publishes on;
 * Apache Avro for Java, holding the table's newest writer schemas (key and value) as its reader
   schemas, reads every record of the table's topic with the values under the new names: the
-  aliases survived the restart. Both encodings: ``{prefix}._schemas`` and a real Schema Registry.
+  aliases survived the restart. Both encodings: ``{prefix}._schemas`` and a real Schema Registry;
+  and under exactly-once, where the history record commits in the DDL's Kafka transaction.
 """
 
 from __future__ import annotations
@@ -192,9 +193,12 @@ def _check(records: dict[str, list[Record]], decoder: Decoder, prefix: str) -> N
     assert java_keys == [{"ident": row["ident"]} for row in NEWEST_VIEW]
 
 
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at_least_once", "exactly_once"])
 def test_schema_changes_arrive_in_commit_order_and_java_reads_old_records_under_new_names(
-        pg_dsn: str, apache_kafka: Broker, topic_prefix: str) -> None:
-    records = _capture(pg_dsn, apache_kafka, topic_prefix, {})
+        pg_dsn: str, apache_kafka: Broker, topic_prefix: str, exactly_once: bool) -> None:
+    # exactly-once: the history record and the event commit in the DDL's Kafka transaction
+    records = _capture(pg_dsn, apache_kafka, topic_prefix,
+                       {"PGBRIDGE_KAFKA__EXACTLY_ONCE": "true"} if exactly_once else {})
     store = load_schemas(apache_kafka.bootstrap, topic_prefix)
     table_topic = f"{topic_prefix}.public.evo"
     newest_records = [r for r in records[table_topic] if r.value is not None]
