@@ -106,7 +106,7 @@ def test_kill_9_mid_chunk_of_initial_and_incremental_snapshots_shows_each_row_on
     initial_kills = incremental_kills = 0
     try:
         # when: killed after a few Kafka transactions of each run, until the snapshot completes
-        while initial_kills < 8:
+        while initial_kills < 6:
             bridge = BridgeProcess(env, log_path=bridge.log_path).start(http=True)
             if not _kill_after_commits(bridge, rnd.randint(1, 6), lambda: _slot_exists(pg_dsn, topic_prefix)):
                 break
@@ -124,7 +124,7 @@ def test_kill_9_mid_chunk_of_initial_and_incremental_snapshots_shows_each_row_on
             log = bridge.log()
             return all(f"incremental snapshot of table done table={t}" in log for t in (KEYED, PAIRS))
 
-        while incremental_kills < 5:
+        while incremental_kills < 4:
             if not _kill_mid_incremental(bridge, incremental_kills, rnd.randint(2, 12), incremental_done):
                 break
             incremental_kills += 1
