@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import replace
 
 from fastavro import parse_schema, schemaless_reader
 
-from pgbridge.decode.ddl import DdlColumn, DdlCommand, TableShape
+from pgbridge.assemble.units import MessageChange
+from pgbridge.decode.ddl import DDL_FENCE, DDL_FORMAT, DDL_PREFIX, DdlColumn, DdlCommand, TableShape
+from pgbridge.decode.messages import Relation
 from pgbridge.encode.envelope import ChangeEncoder, EventContext
+from pgbridge.encode.renames import RenameHistory
 from pgbridge.encode.schema_change import (
     KEY_SCHEMA,
     VALUE_SCHEMA,
+    SchemaChanges,
     column_changes,
     schema_change_key,
     schema_change_value,
@@ -19,6 +24,7 @@ from pgbridge.encode.schema_change import (
 from pgbridge.encode.schemas import standalone_schema
 from pgbridge.encode.wire import SingleObjectRegistrar
 from pgbridge.publish.routing import TopicRouter
+from tests.support.relations import relation as build_relation
 
 
 def column(attnum: int, name: str, kind: str = "integer", oid: int = 23) -> DdlColumn:
@@ -75,3 +81,43 @@ def test_the_record_follows_its_avro_schemas() -> None:
                               "ts_us": 1_000, "snapshot": False, "origin": None}
     key = schemaless_reader(io.BytesIO(record.key[10:]), parse_schema(standalone_schema(KEY_SCHEMA)), None)
     assert key == {"schema": "public", "table": "t"}
+
+
+def _message(command: DdlCommand | None, lsn: int = 150) -> MessageChange:
+    if command is None:
+        return MessageChange(prefix=DDL_PREFIX, content=DDL_FENCE, lsn=lsn)
+    body = {"format": DDL_FORMAT, "command": command.command, "identity": command.identity, "relid": command.relid,
+            "before": None if command.before is None else command.before.to_json(),
+            "after": None if command.after is None else command.after.to_json()}
+    return MessageChange(prefix=DDL_PREFIX, content=json.dumps(body).encode(), lsn=lsn)
+
+
+def test_schema_changes_take_only_captured_tables_and_publish_the_history_before_the_event() -> None:
+    encoder = ChangeEncoder(topic_prefix="p", database="db", router=TopicRouter("p"),
+                            registrar=SingleObjectRegistrar(lambda *_: None))
+    changes = SchemaChanges(encoder=encoder, history=RenameHistory(), publication="p",
+                            captured=lambda schema, table: table != "skipped", topic="p.schema_changes",
+                            history_topic="p._snapshot", slot="s")
+    after = shape(column(1, "id"), column(2, "title", "text", 25), column(3, "n"))
+    renamed = DdlCommand(command="ALTER TABLE", identity="public.t", relid=7, before=BASE, after=after)
+    other = replace(renamed, before=replace(BASE, publications=("q",)), after=replace(after, publications=("q",)))
+    skipped = replace(renamed, before=replace(BASE, table="skipped"), after=replace(after, table="skipped"))
+    assert changes.take(_message(None), 200) is None  # the trigger's fence
+    assert changes.take(_message(other), 200) is None and changes.take(_message(skipped), 200) is None
+    assert encoder.column_aliases is not None and encoder.column_aliases.aliases(relation("id", "title")) == {}
+    taken = changes.take(_message(renamed), 200)
+    assert taken is not None and taken.version.former == {2: ("a",)}
+    assert encoder.column_aliases.aliases(relation("id", "title")) == {"title": ("a",)}
+    ctx = EventContext(commit_lsn=200, xid=9, ts_us=1_000, origin=None, total_order=1, collection_order=0)
+    history, event = changes.records(taken, ctx)
+    assert (history.topic, history.key) == ("p._snapshot", b"s/schema/7")
+    assert history.value is not None and json.loads(history.value)["versions"][0]["former"] == {"2": ["a"]}
+    assert event.topic == "p.schema_changes"
+    # without the trigger's before (its unlogged table emptied by a crash): the previous event's after
+    again = changes.take(_message(replace(renamed, before=None, after=replace(after, columns=after.columns[:2])), 300),
+                         400)
+    assert again is not None and again.before == after
+
+
+def relation(*names: str) -> Relation:
+    return build_relation(*((name, 23) for name in names), rel_id=7, key=1)
