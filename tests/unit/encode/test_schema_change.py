@@ -23,6 +23,7 @@ from pgbridge.encode.schema_change import (
 )
 from pgbridge.encode.schemas import standalone_schema
 from pgbridge.encode.wire import SingleObjectRegistrar
+from pgbridge.lsn import Lsn
 from pgbridge.publish.routing import TopicRouter
 from tests.support.relations import relation as build_relation
 
@@ -83,7 +84,10 @@ def test_the_record_follows_its_avro_schemas() -> None:
     assert key == {"schema": "public", "table": "t"}
 
 
-def _message(command: DdlCommand | None, lsn: int = 150) -> MessageChange:
+MESSAGE_LSN = Lsn(150)
+
+
+def _message(command: DdlCommand | None, lsn: Lsn = MESSAGE_LSN) -> MessageChange:
     if command is None:
         return MessageChange(prefix=DDL_PREFIX, content=DDL_FENCE, lsn=lsn)
     body = {"format": DDL_FORMAT, "command": command.command, "identity": command.identity, "relid": command.relid,
@@ -102,10 +106,10 @@ def test_schema_changes_take_only_captured_tables_and_publish_the_history_before
     renamed = DdlCommand(command="ALTER TABLE", identity="public.t", relid=7, before=BASE, after=after)
     other = replace(renamed, before=replace(BASE, publications=("q",)), after=replace(after, publications=("q",)))
     skipped = replace(renamed, before=replace(BASE, table="skipped"), after=replace(after, table="skipped"))
-    assert changes.take(_message(None), 200) is None  # the trigger's fence
-    assert changes.take(_message(other), 200) is None and changes.take(_message(skipped), 200) is None
+    assert changes.take(_message(None), Lsn(200)) is None  # the trigger's fence
+    assert changes.take(_message(other), Lsn(200)) is None and changes.take(_message(skipped), Lsn(200)) is None
     assert encoder.column_aliases is not None and encoder.column_aliases.aliases(relation("id", "title")) == {}
-    taken = changes.take(_message(renamed), 200)
+    taken = changes.take(_message(renamed), Lsn(200))
     assert taken is not None and taken.version.former == {2: ("a",)}
     assert encoder.column_aliases.aliases(relation("id", "title")) == {"title": ("a",)}
     ctx = EventContext(commit_lsn=200, xid=9, ts_us=1_000, origin=None, total_order=1, collection_order=0)
@@ -114,8 +118,8 @@ def test_schema_changes_take_only_captured_tables_and_publish_the_history_before
     assert history.value is not None and json.loads(history.value)["versions"][0]["former"] == {"2": ["a"]}
     assert event.topic == "p.schema_changes"
     # without the trigger's before (its unlogged table emptied by a crash): the previous event's after
-    again = changes.take(_message(replace(renamed, before=None, after=replace(after, columns=after.columns[:2])), 300),
-                         400)
+    again = changes.take(_message(replace(renamed, before=None, after=replace(after, columns=after.columns[:2])), Lsn(300)),
+                         Lsn(400))
     assert again is not None and again.before == after
 
 
