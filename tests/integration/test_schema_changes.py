@@ -270,3 +270,28 @@ def test_check_prints_the_trigger_sql_and_a_least_privilege_role_captures_once_a
     assert [c["change"] for e in changes if e.value for c in e.value["changes"]] == ["column_renamed"]
     assert [e.value["after"] for e in rows if e.value] == [{"id": 1, "a": "one", "n": 1},
                                                             {"id": 2, "title": "two", "n": 2}]
+
+
+def test_a_renamed_table_is_snapshotted_onto_its_new_topic(pg_dsn: str, apache_kafka: Broker,
+                                                           topic_prefix: str) -> None:
+    # given: a table with rows, snapshotted at start (snapshot.mode initial)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(TABLE)
+        conn.execute("INSERT INTO evo SELECT g, 'row ' || g, g FROM generate_series(1, 3) g")
+    env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix, extra={
+        "PGBRIDGE_POSTGRES__TABLES": "public.evo", "PGBRIDGE_POSTGRES__DDL_EVENTS": "true",
+        "PGBRIDGE_SNAPSHOT__PUBLICATION_CHECK_S": "1"})
+    with BridgeProcess(env).start() as bridge:
+        wait_until(lambda: "replicating" in bridge.log() or not bridge.alive(), timeout=60, message="no start")
+        assert bridge.alive(), bridge.log()
+        # when
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE evo RENAME TO evo2")
+            conn.execute("INSERT INTO evo2 VALUES (4, 'row 4', 4)")
+        new = read_events(apache_kafka.bootstrap, f"{topic_prefix}.public.evo2", topic_prefix, min_count=5)
+        changes = read_events(apache_kafka.bootstrap, f"{topic_prefix}.schema_changes", topic_prefix, min_count=1)
+        assert bridge.terminate() == 0, bridge.log()
+    # then: the event, and the new topic holds every row: the insert and a snapshot read of each
+    assert [c["change"] for e in changes if e.value for c in e.value["changes"]] == ["table_renamed"]
+    assert sorted((e.value["op"], e.value["after"]["id"]) for e in new if e.value) == \
+        [("c", 4), ("r", 1), ("r", 2), ("r", 3), ("r", 4)]
