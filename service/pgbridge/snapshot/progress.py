@@ -26,6 +26,8 @@ Records
   table continues, the last signal acted on, and whether a pause-snapshot signal holds the queue.
 - ``{slot}/tables``: the tables whose rows have been (or are being) snapshotted: a table in the
   publication and not in this set was added since, and gets an incremental snapshot.
+- ``{slot}/schema/{relid}`` (``postgres.ddl_events``): a table's rename history, written in the unit
+  of the DDL that changed it (encode/renames.py, encode/schema_change.py).
 When the initial snapshot completes its keys are tombstoned, so compaction removes them.
 
 Initial snapshot: resume semantics

@@ -40,6 +40,7 @@ from psycopg import errors as pgerrors
 
 from pgbridge.config import PostgresConfig
 from pgbridge.decode.ddl import DDL_FORMAT, DDL_PREFIX
+from pgbridge.errors import FatalError, SourceUnavailable
 from pgbridge.identifiers import quote_ident
 
 log = logging.getLogger(__name__)
@@ -191,9 +192,16 @@ def is_superuser(conn: SqlConn) -> bool:
 
 def install(conn: SqlConn) -> None:
     """Install (or upgrade) the trigger in one transaction; the role must be a superuser."""
-    with conn.transaction():
-        for statement in INSTALL_STATEMENTS:
-            conn.execute(statement)
+    try:
+        with conn.transaction():
+            for statement in INSTALL_STATEMENTS:
+                conn.execute(statement)
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"installing the DDL event trigger failed: {exc}") from None
+    except psycopg.Error as exc:
+        raise FatalError(f"cannot install the DDL event trigger: {type(exc).__name__}: {exc.diag.message_primary}",
+                         hint="run the SQL `pgbridge check` prints as a superuser, or set postgres.ddl_events to "
+                         "false") from None
     log.info("DDL event trigger installed", extra={"format": DDL_FORMAT, "prefix": DDL_PREFIX})
 
 
