@@ -227,7 +227,7 @@ class ChangeEncoder:
 
     def forget(self, rel_id: int) -> None:
         """Drop the compiled plans of table ``rel_id``, whose rename history just changed, so its
-        next Relation compiles with the new aliases (publish/schema_changes.py; rare: DDL only)."""
+        next Relation compiles with the new aliases (encode/schema_change.py; rare: DDL only)."""
         self._by_shape = {shape: plan for shape, plan in self._by_shape.items() if shape[0] != rel_id}
         self._by_identity.clear()
 

@@ -54,7 +54,7 @@ def transactions_topic(prefix: str) -> str:
 
 
 def schema_changes_topic(prefix: str) -> str:
-    """DDL events (``postgres.ddl_events``, publish/schema_changes.py)."""
+    """DDL events (``postgres.ddl_events``, encode/schema_change.py)."""
     return topic_name(prefix, "schema_changes")
 
 

@@ -17,7 +17,7 @@ DDL rolls the record back with it, and DDL on one table is serialized by the tab
 table is ``UNLOGGED`` so that no publication (not even ``FOR ALL TABLES``) ever carries it and it
 adds no WAL; the price is that a Postgres crash empties it, and then the trigger sends ``before``
 null for a table's next DDL and pgbridge takes the shape of that table's previous event instead
-(publish/schema_changes.py). ``pgbridge.ddl_seed()`` records the published tables it lacks (at
+(encode/schema_change.py). ``pgbridge.ddl_seed()`` records the published tables it lacks (at
 install, at every pgbridge start, after ``CREATE``/``ALTER PUBLICATION``).
 
 The trigger never stops a user's DDL: an error inside it is turned into a WARNING (that DDL is then
