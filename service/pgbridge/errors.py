@@ -49,6 +49,11 @@ class SlotInUse(TransientError):
     """Another process streams from the slot; wait for it to let go (this is also HA standby)."""
 
 
+class StopRequested(PgbridgeError):
+    """A stop (SIGTERM/SIGINT) arrived while pgbridge waited on a server (publish/topics.py) or for
+    room in the producer queue: the session stops as on any stop, without waiting any longer."""
+
+
 class FatalError(PgbridgeError):
     """A failure that retrying will not fix; the process stops without confirming further."""
 

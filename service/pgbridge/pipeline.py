@@ -50,6 +50,7 @@ from pgbridge.errors import (
     PublishError,
     RegistryUnavailable,
     SlotInUse,
+    StopRequested,
     TransientError,
 )
 from pgbridge.health import Health
@@ -217,7 +218,7 @@ class Session:
                                          status_interval_s=settings.postgres.status_interval_s,
                                          stall_s=settings.watchdog.stall_s)
         self.publisher = KafkaPublisher(settings.kafka, self.tracker, metrics, self.reporter.completed,
-                                        slot=settings.postgres.slot)
+                                        slot=settings.postgres.slot, stop=stop)
         self.progress = ProgressStore(settings.kafka, self.publisher.topics, settings.postgres.slot)
         self.conn: Connections | None = None
         self.dispatcher: Dispatcher | None = None
@@ -419,7 +420,7 @@ class Session:
     def _idle_tick(self) -> None:
         """Called while the producer queue is full: keep the walsender from timing us out."""
         if self.stop.is_set():
-            raise _StopRequested()
+            raise StopRequested("stopped while waiting for room in the producer queue")
         self._housekeeping(reply_requested=False)
 
     # -- tear-down ---------------------------------------------------------------------------------
@@ -436,9 +437,9 @@ class Session:
                         extra={"remaining": remaining})
         try:
             self.publisher.raise_if_failed()
-            self._housekeeping(reply_requested=False)
-            if self.stream is None:
+            if self.stream is None:  # not streaming yet (starting, or the initial snapshot): no LSN to confirm
                 return False
+            self._housekeeping(reply_requested=False)
             log.info("confirmed on shutdown", extra={"lsn": format_lsn(self.reporter.final(self.stream))})
             return remaining == 0 and between
         finally:
@@ -527,10 +528,6 @@ class _BeatingSnapshotSink(SnapshotSink):
         super().service()
 
 
-class _StopRequested(Exception):
-    """Raised out of a backpressure wait when a stop was requested."""
-
-
 def _standing_by(health: Health, error: str | None) -> None:
     """Each unsuccessful poll of the leader lock: standing by (ready) when Postgres answered and
     another replica holds the lock; not connected (not ready) when Postgres is unreachable."""
@@ -573,7 +570,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 session.run()
                 _stopped(settings, drained=session.shutdown())
                 return
-            except _StopRequested:
+            except StopRequested:
                 _stopped(settings, drained=session.shutdown())
                 return
             except SnapshotInterrupted:

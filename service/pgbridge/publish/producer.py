@@ -9,6 +9,7 @@ that lost its log) and resumes from the confirmed LSN, so nothing after the fail
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -141,7 +142,8 @@ def produce_when_room(producer: Producer, topic: str, key: bytes | None, value: 
 
 class KafkaPublisher:
     def __init__(self, config: KafkaConfig, tracker: AckTracker, metrics: Metrics,
-                 on_completed: CompletedHook, *, slot: str = "pgbridge") -> None:
+                 on_completed: CompletedHook, *, slot: str = "pgbridge",
+                 stop: threading.Event | None = None) -> None:
         self._config = config
         self._tracker = tracker
         self._metrics = metrics
@@ -167,7 +169,7 @@ class KafkaPublisher:
                                    split_after_s=config.transaction_timeout_ms / 2000),
                 on_commit=self._committed)
         self._admin = AdminClient(admin_config(config), logger=LibrdkafkaLog())
-        self.topics = TopicManager.of(self._admin, config)
+        self.topics = TopicManager.of(self._admin, config, stop=stop)  # its waits end on a stop
         self._max_in_flight = config.max_in_flight
         self._last_topic: str | None = None  # produce_all: the last topic known to exist
 
@@ -214,7 +216,7 @@ class KafkaPublisher:
         self.topics.ensure(offsets_topic(self._config.topic_prefix), compacted=True)
         self.transactions.init()
         position = read_position(consumer_config(self._config), offsets_topic(self._config.topic_prefix),
-                                 self._slot)
+                                 self._slot, stop=self.topics.stop)
         log.info("exactly-once position", extra={"position": None if position is None else position.to_json().decode()})
         return position
 

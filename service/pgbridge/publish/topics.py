@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic  # type: ignore[attr-defined]
 
-from pgbridge.errors import BrokerUnavailable, PublishError
+from pgbridge.errors import BrokerUnavailable, PublishError, StopRequested
 from pgbridge.logs import LibrdkafkaLog
 
 if TYPE_CHECKING:
@@ -72,6 +74,19 @@ def offsets_topic(prefix: str) -> str:
     return sanitize(f"{prefix}._offsets")
 
 
+# A wait on Kafka is asked in attempts of at most this long, so that a stop (SIGTERM/SIGINT) is acted
+# on within it: the signal handler only sets the stop event, and runs between two attempts, never
+# inside librdkafka's blocking call (a 30 s metadata request to an unreachable broker held the stop
+# for 30 s). A broker that took the request and answers late gets twice as long the next time.
+ATTEMPT_S: Final = 1.0
+
+
+def raise_if_stopped(stop: threading.Event | None, doing: str) -> None:
+    """``StopRequested`` (naming what was being waited for) when ``stop`` is set."""
+    if stop is not None and stop.is_set():
+        raise StopRequested(f"stopped while {doing}")
+
+
 # Replication factor of the topics pgbridge creates unless kafka.topic_replication_factor says
 # otherwise: three copies, so acks=all with min.insync.replicas=2 survives one broker down.
 SAFE_REPLICATION_FACTOR: Final = 3
@@ -100,8 +115,10 @@ class TopicManager:
 
     def __init__(self, admin: AdminClient, *, partitions: int, replication_factor: int | None,
                  min_insync_replicas: int | None = None, topic_config: dict[str, str] | None = None,
-                 internal_prefix: str | None = None, timeout_s: float = 30.0) -> None:
+                 internal_prefix: str | None = None, timeout_s: float = 30.0,
+                 stop: threading.Event | None = None) -> None:
         self._admin = admin
+        self.stop = stop  # set: every wait ends with StopRequested within ATTEMPT_S
         self._partitions = partitions
         self._replication_factor = replication_factor
         self._min_insync_replicas = min_insync_replicas
@@ -113,11 +130,11 @@ class TopicManager:
         self._brokers = 0  # brokers in that metadata
 
     @classmethod
-    def of(cls, admin: AdminClient, config: KafkaConfig) -> TopicManager:
-        """The topic manager of the ``kafka`` section's topic settings."""
+    def of(cls, admin: AdminClient, config: KafkaConfig, *, stop: threading.Event | None = None) -> TopicManager:
+        """The topic manager of the ``kafka`` section's topic settings; its waits end on ``stop``."""
         return cls(admin, partitions=config.topic_partitions, replication_factor=config.topic_replication_factor,
                    min_insync_replicas=config.topic_min_insync_replicas, topic_config=config.topic_config,
-                   internal_prefix=internal_prefix(config.topic_prefix))
+                   internal_prefix=internal_prefix(config.topic_prefix), stop=stop)
 
     def poll(self) -> None:
         """Serve the admin client's queued log lines: an ``AdminClient`` hands them to its logger
@@ -137,13 +154,40 @@ class TopicManager:
 
     def _existing(self) -> set[str]:
         if self._listed is None:
-            try:
-                metadata = self._admin.list_topics(timeout=self._timeout_s)
-            except KafkaException as exc:
-                raise BrokerUnavailable(f"cannot list Kafka's topics: {exc}") from None
+            metadata = self._list_topics()
             self._listed = {name for name, meta in metadata.topics.items() if meta.error is None}
             self._brokers = len(metadata.brokers)
         return self._listed
+
+    def _list_topics(self) -> ClusterMetadata:
+        """The cluster's metadata, asked in attempts (``ATTEMPT_S``) until ``timeout_s``."""
+        deadline = time.monotonic() + self._timeout_s
+        attempt = ATTEMPT_S
+        while True:
+            raise_if_stopped(self.stop, "listing Kafka's topics")
+            began = time.monotonic()
+            try:
+                return self._admin.list_topics(timeout=max(0.1, min(attempt, deadline - began)))
+            except KafkaException as exc:
+                # _TRANSPORT: no broker came up within the attempt; _TIMED_OUT: one took the request
+                # and did not answer in time. Anything else is an answer, and final.
+                code = exc.args[0].code()
+                if code not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT) or time.monotonic() >= deadline:
+                    raise BrokerUnavailable(f"cannot list Kafka's topics: {exc}") from None
+                if code == KafkaError._TIMED_OUT:
+                    attempt *= 2
+                time.sleep(max(0.0, began + 0.1 - time.monotonic()))  # never a busy loop
+
+    def _result(self, future: Future[None], doing: str) -> None:
+        """``future``'s outcome, waited for in attempts until ``timeout_s`` (then ``TimeoutError``)."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            raise_if_stopped(self.stop, doing)
+            try:
+                return future.result(timeout=max(0.0, min(ATTEMPT_S, deadline - time.monotonic())))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
 
     def shape(self, topic: str, *, compacted: bool = False) -> tuple[int, int, dict[str, str]]:
         """Partitions, replication factor and configs ``topic`` is created with (after ``ensure``
@@ -175,7 +219,7 @@ class TopicManager:
         futures = self._admin.create_topics([new], operation_timeout=self._timeout_s,
                                             request_timeout=self._timeout_s)
         try:
-            futures[topic].result(timeout=self._timeout_s)
+            self._result(futures[topic], f"creating topic {topic}")
             log.info("topic created", extra={"topic": topic, "partitions": partitions, "replication_factor": factor,
                                              "min_insync_replicas": config.get("min.insync.replicas", "default")})
         except KafkaException as exc:
@@ -192,6 +236,8 @@ class TopicManager:
                                    hint="fix kafka.topic_config / kafka.topic_min_insync_replicas") from None
             else:
                 raise BrokerUnavailable(f"cannot create topic {topic}: {error.str()}") from None
+        except StopRequested:
+            raise
         except Exception as exc:  # timeout of the admin future
             raise BrokerUnavailable(f"cannot create topic {topic}: {exc}") from None
         self._known.add(topic)
@@ -202,10 +248,12 @@ class TopicManager:
 WATERMARK_ATTEMPT_S: Final = 2.0
 
 
-def high_watermark(consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
+def high_watermark(consumer: Consumer, partition: TopicPartition, deadline: float,
+                   stop: threading.Event | None = None) -> int:
     """The partition's high watermark (last stable offset for read_committed), asked again until
-    ``deadline`` while the answer is an error."""
+    ``deadline`` while the answer is an error, or until ``stop`` is set (``StopRequested``)."""
     while True:
+        raise_if_stopped(stop, f"asking for the end of {partition.topic}")
         attempt = max(0.1, min(WATERMARK_ATTEMPT_S, deadline - time.monotonic()))
         try:
             _low, high = consumer.get_watermark_offsets(partition, timeout=attempt, cached=False)
@@ -240,12 +288,13 @@ def assign_existing(consumer: Consumer, wanted: Sequence[str], assigned: set[str
     return bool(partitions)
 
 
-def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
-                   key_prefix: str = "", timestamps: dict[str, int] | None = None) -> dict[str, bytes]:
+def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float, key_prefix: str = "",
+                   timestamps: dict[str, int] | None = None, stop: threading.Event | None = None) -> dict[str, bytes]:
     """The latest value of every key of partition 0 of ``topic`` (a tombstone removes its key),
     read ``read_committed`` from the beginning to the end; keys not starting with ``key_prefix``
-    are skipped. ``BrokerUnavailable`` if the end is not reached within ``timeout_s``. Given
-    ``timestamps``, it receives each live key's record timestamp (ms since the epoch)."""
+    are skipped. ``BrokerUnavailable`` if the end is not reached within ``timeout_s``,
+    ``StopRequested`` once ``stop`` is set. Given ``timestamps``, it receives each live key's record
+    timestamp (ms since the epoch)."""
     consumer = Consumer({**settings, "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "isolation.level": "read_committed",
                          # as the producer's: a broker back from an outage is reconnected within a second
@@ -253,12 +302,13 @@ def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
     latest: dict[str, bytes] = {}
     deadline = time.monotonic() + timeout_s
     try:
-        high = high_watermark(consumer, TopicPartition(topic, 0), deadline)
+        high = high_watermark(consumer, TopicPartition(topic, 0), deadline, stop)
         if high <= 0:
             return latest
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         position = -1
         while position + 1 < high:
+            raise_if_stopped(stop, f"reading {topic}")
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(f"reading {topic} did not reach its end in {timeout_s:.0f}s")
             message = consumer.poll(0.2)
@@ -281,7 +331,7 @@ def read_compacted(settings: dict[str, Any], topic: str, *, timeout_s: float,
                 latest[key] = value if isinstance(value, bytes) else value.encode()
                 if timestamps is not None:
                     timestamps[key] = int(message.timestamp()[1])
-    except BrokerUnavailable:
+    except (BrokerUnavailable, StopRequested):
         raise
     except Exception as exc:
         raise BrokerUnavailable(f"cannot read {topic}: {exc}") from None

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,10 +129,12 @@ ProduceInto = Callable[[str, bytes, bytes | None], None]
 BeforeCommit = Callable[[ProduceInto], None]
 
 
-def read_position(consumer_settings: dict[str, Any], topic: str, slot: str) -> Position | None:
-    """The last committed ``_offsets`` record of ``slot`` (``read_committed``), or None."""
+def read_position(consumer_settings: dict[str, Any], topic: str, slot: str, *,
+                  stop: threading.Event | None = None) -> Position | None:
+    """The last committed ``_offsets`` record of ``slot`` (``read_committed``), or None; the read
+    ends with ``StopRequested`` once ``stop`` is set."""
     latest = read_compacted({**consumer_settings, "group.id": OFFSETS_GROUP}, topic,
-                            timeout_s=READ_TIMEOUT_S, key_prefix=slot)
+                            timeout_s=READ_TIMEOUT_S, key_prefix=slot, stop=stop)
     value = latest.get(slot)
     return None if value is None else Position.from_json(value)
 

@@ -259,7 +259,8 @@ class ProgressStore:
         """Every live record of this slot (latest value per key; tombstones remove the key)."""
         self._topics.ensure(self.topic, compacted=True)
         settings = {**consumer_config(self._config), "group.id": "pgbridge-progress"}
-        latest = read_compacted(settings, self.topic, timeout_s=LOAD_TIMEOUT_S, key_prefix=f"{self.slot}/")
+        latest = read_compacted(settings, self.topic, timeout_s=LOAD_TIMEOUT_S, key_prefix=f"{self.slot}/",
+                                stop=self._topics.stop)
         return {key: json.loads(value) for key, value in latest.items()}
 
     def put(self, key: str, value: dict[str, Any] | None) -> None:

@@ -3,6 +3,8 @@ and ``TopicManager``'s create-once rules, against a fake admin client (no broker
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -11,8 +13,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pgbridge.errors import BrokerUnavailable, PublishError
+from pgbridge.errors import BrokerUnavailable, PublishError, StopRequested
 from pgbridge.publish.topics import (
+    ATTEMPT_S,
     MAX_TOPIC_LENGTH,
     TopicManager,
     messages_topic,
@@ -103,6 +106,9 @@ class FakeAdmin:
     broken: set[str] = field(default_factory=set)  # listed with a per-topic error
     create_errors: dict[str, BaseException] = field(default_factory=dict)
     list_error: KafkaException | None = None
+    list_errors_before: int = 0  # list_error only for the first this many listings (0: always)
+    on_list: Any = None  # called with the listing's number and timeout before it answers
+    pending: set[str] = field(default_factory=set)  # their creation never completes
     listings: int = 0
     brokers: int = 3
     created: list[tuple[str, int, int, dict[str, str]]] = field(default_factory=list)
@@ -110,7 +116,9 @@ class FakeAdmin:
 
     def list_topics(self, timeout: float) -> _ClusterMetadata:
         self.listings += 1
-        if self.list_error is not None:
+        if self.on_list is not None:
+            self.on_list(self.listings, timeout)
+        if self.list_error is not None and (not self.list_errors_before or self.listings <= self.list_errors_before):
             raise self.list_error
         topics = {name: _TopicMetadata() for name in self.existing}
         topics.update({name: _TopicMetadata(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)) for name in self.broken})
@@ -123,7 +131,9 @@ class FakeAdmin:
             self.created.append((new.topic, new.num_partitions, new.replication_factor, dict(new.config)))
             future: Future[None] = Future()
             error = self.create_errors.get(new.topic)
-            if error is None:
+            if new.topic in self.pending:
+                pass
+            elif error is None:
                 future.set_result(None)
             else:
                 future.set_exception(error)
@@ -259,3 +269,56 @@ def test_unlistable_metadata_is_transient() -> None:
     with pytest.raises(BrokerUnavailable, match="cannot list Kafka's topics"):
         _manager(admin).ensure("app.public.t")
     assert admin.created == []
+
+
+def _stopping(stop: threading.Event, after: int) -> Any:
+    """An ``on_list`` that sets ``stop`` during listing number ``after`` (a signal arriving then)."""
+    def on_list(number: int, _timeout: float) -> None:
+        if number == after:
+            stop.set()
+    return on_list
+
+
+def test_a_stop_ends_the_wait_for_an_unreachable_broker_at_the_end_of_the_attempt() -> None:
+    # given: no broker comes up (librdkafka's _TRANSPORT after each attempt); the stop arrives in the third
+    stop = threading.Event()
+    admin = FakeAdmin(list_error=_kafka_failure(KafkaError._TRANSPORT), on_list=_stopping(stop, 3))
+    manager = TopicManager(cast(AdminClient, admin), partitions=1, replication_factor=1, timeout_s=30.0, stop=stop)
+    # when / then: no fourth attempt, and no 30 s wait
+    with pytest.raises(StopRequested, match="listing Kafka's topics"):
+        manager.ensure("app.public.t")
+    assert admin.listings == 3 and admin.created == []
+
+
+def test_each_attempt_is_short_and_a_late_answer_gets_longer_ones() -> None:
+    timeouts: list[float] = []
+    admin = FakeAdmin(list_error=_kafka_failure(KafkaError._TIMED_OUT), list_errors_before=3,
+                      on_list=lambda _n, timeout: timeouts.append(timeout))
+    TopicManager(cast(AdminClient, admin), partitions=1, replication_factor=1, timeout_s=30.0).ensure("app.public.t")
+    assert [round(t) for t in timeouts] == [ATTEMPT_S, 2 * ATTEMPT_S, 4 * ATTEMPT_S, 8 * ATTEMPT_S]
+    assert admin.created and admin.created[0][0] == "app.public.t"
+
+
+def test_a_broker_unreachable_until_the_timeout_is_still_the_same_transient_error() -> None:
+    admin = FakeAdmin(list_error=_kafka_failure(KafkaError._TRANSPORT))
+    began = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"cannot list Kafka's topics: .*_TRANSPORT"):
+        TopicManager(cast(AdminClient, admin), partitions=1, replication_factor=1, timeout_s=0.5,
+                     stop=threading.Event()).ensure("app.public.t")
+    assert 0.5 <= time.monotonic() - began < 5
+    assert 2 <= admin.listings <= 6  # attempts at least 0.1 s apart, never a busy loop
+
+
+def test_a_stop_ends_the_wait_for_a_topic_creation() -> None:
+    stop = threading.Event()
+    admin = FakeAdmin(pending={"app.public.t"})
+    manager = TopicManager(cast(AdminClient, admin), partitions=1, replication_factor=1, timeout_s=30.0, stop=stop)
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(StopRequested, match=r"creating topic app\.public\.t"):
+            manager.ensure("app.public.t")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - began < ATTEMPT_S + 1
