@@ -48,7 +48,10 @@ pytestmark = [pytest.mark.timeout(400)]
 ROLE = "pgbridge_secret"
 SASL_USER = "pgbridge"
 REGISTRY_USER = "pgbridge"
-RUN_LIMIT_S = 6.0  # a failing `run` that retries (an outage) is stopped after this long
+# A failing `run` that retries (an outage) is stopped once its first attempt failed (its retries
+# print the same lines again), or after this long.
+RUN_LIMIT_S = 6.0
+RETRYING = "transient failure; reconnecting"
 
 
 # --- the scan ------------------------------------------------------------------------------------
@@ -183,9 +186,9 @@ def command(args: list[str], env: dict[str, str], json_logs: bool, outputs: Outp
 
 def run(env: dict[str, str], json_logs: bool, outputs: Outputs, where: str, *,
         until: float = RUN_LIMIT_S, caught_up: tuple[str, str] | None = None) -> int | None:
-    """``pgbridge run`` until it exits or ``until`` seconds (or, with ``caught_up`` = (dsn, slot),
-    until it is replicating and the slot confirmed everything); ``/metrics`` scraped before it is
-    stopped with SIGTERM. Its exit code: None if it was still running and had to be stopped."""
+    """``pgbridge run`` until it exits, its first attempt failed (``RETRYING``) or ``until`` seconds
+    (or, with ``caught_up`` = (dsn, slot), until it is replicating and the slot confirmed
+    everything); ``/metrics`` scraped before it is stopped with SIGTERM. Its exit code: None if it was still running and had to be stopped."""
     port = free_port()
     env = {**env, "PGBRIDGE_LOG__JSON": "true" if json_logs else "false", "PGBRIDGE_HTTP__PORT": str(port),
            "PGBRIDGE_HTTP__HOST": "127.0.0.1"}
@@ -197,9 +200,10 @@ def run(env: dict[str, str], json_logs: bool, outputs: Outputs, where: str, *,
                 wait_until(lambda: "replicating" in Path(log.name).read_text(errors="replace") or process.poll(),
                            timeout=60, interval=0.2, message="pgbridge never started replicating")
                 wait_caught_up(*caught_up, timeout=60)
-            else:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(until)  # it exits by itself (an error), or runs for ``until`` s
+            else:  # it exits by itself (an error), retries, or runs for ``until`` s
+                with contextlib.suppress(AssertionError):
+                    wait_until(lambda: process.poll() is not None or RETRYING in Path(log.name).read_text(
+                        errors="replace"), timeout=until, interval=0.2, message="running on")
             code = process.poll()
             if code is None:
                 outputs.add(f"{where}: /metrics", scrape(port))
