@@ -11,6 +11,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pgbridge.errors import BrokerUnavailable, RegistryUnavailable, TransientError
+
 log = logging.getLogger(__name__)
 
 EVENTS_TOTAL: Final = "pgbridge_events_total"
@@ -61,6 +63,22 @@ STALL_KINDS: Final = ("source", "delivery")
 TARGET_POSTGRES: Final = "postgres"
 TARGET_KAFKA: Final = "kafka"
 TARGET_SCHEMA_REGISTRY: Final = "schema_registry"
+# ``pgbridge_reconnects_total{target}``: which side a transient failure was on, by its type (the
+# nearest class of its MRO listed here); every other transient failure is Postgres's.
+RECONNECT_TARGETS: Final[dict[type[TransientError], str]] = {
+    BrokerUnavailable: TARGET_KAFKA,
+    RegistryUnavailable: TARGET_SCHEMA_REGISTRY,
+    TransientError: TARGET_POSTGRES,
+}
+
+
+def reconnect_target(error: TransientError) -> str:
+    """The ``target`` label a transient failure is counted under (``RECONNECT_TARGETS``)."""
+    for kind in type(error).__mro__:
+        target = RECONNECT_TARGETS.get(kind)
+        if target is not None:
+            return target
+    return TARGET_POSTGRES
 
 # pg_replication_slots.wal_status values; exactly one of them is 1 at a time.
 WAL_STATUSES: Final = ("reserved", "extended", "unreserved", "lost")

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AclOperation, AdminClient, ResourceType  # typ
 
 from pgbridge.check import Problem
 from pgbridge.check.kafka import acl_problems, check_kafka, check_schema_registry, replication_problems
-from pgbridge.check.postgres import _partition_problems, _table_problems, wal_keep_problem
+from pgbridge.check.postgres import _partition_problems, _table_problems, wal_keep_problem, wal_level_problem
 from pgbridge.config import Settings, load_settings
 from pgbridge.source.slots import PUBVIAROOT_VERSION
 from tests.support.ports import free_port
@@ -326,3 +326,11 @@ def test_without_describe_on_the_cluster_its_grants_are_not_checked_but_the_topi
     assert [p.severity for p in problems] == ["info", "error"]
     assert "no DESCRIBE on it" in problems[0].message and "--operation Describe --cluster" in problems[0].fix
     assert "may not WRITE or DESCRIBE topics app.public.t" in problems[1].message
+
+
+def test_wal_level_is_judged_once_for_check_and_run() -> None:
+    assert wal_level_problem("logical") is None
+    problem = wal_level_problem("replica")
+    assert problem is not None and problem.severity == "error"
+    assert problem.line() == ("error: wal_level is replica, not logical — fix: ALTER SYSTEM SET wal_level = logical; "
+                              "then restart Postgres")

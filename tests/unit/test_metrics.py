@@ -8,6 +8,7 @@ import math
 from prometheus_client import CollectorRegistry
 
 from pgbridge import metrics as catalogue
+from pgbridge.errors import BrokerUnavailable, RegistryUnavailable, SlotInUse, SourceUnavailable
 from pgbridge.metrics import (
     LABEL_COMPATIBILITY,
     LABEL_KIND,
@@ -17,8 +18,12 @@ from pgbridge.metrics import (
     LABEL_TABLE,
     LABEL_TARGET,
     STALL_KINDS,
+    TARGET_KAFKA,
+    TARGET_POSTGRES,
+    TARGET_SCHEMA_REGISTRY,
     EncodeMetrics,
     Metrics,
+    reconnect_target,
 )
 
 # The label names of each labelled family; every other family has none.
@@ -126,3 +131,10 @@ def test_the_encoder_observer_counts_toast_cache_and_schema_changes() -> None:
     assert registry.get_sample_value(catalogue.TOAST_CACHE_MISSES_TOTAL) == 1
     assert registry.get_sample_value(catalogue.SCHEMA_CHANGES_TOTAL, {LABEL_COMPATIBILITY: "compatible"}) == 1
     assert registry.get_sample_value(catalogue.SCHEMA_CHANGES_TOTAL, {LABEL_COMPATIBILITY: "incompatible"}) == 1
+
+
+def test_a_transient_failure_is_counted_under_the_side_it_was_on() -> None:
+    assert reconnect_target(BrokerUnavailable("x")) == TARGET_KAFKA
+    assert reconnect_target(RegistryUnavailable("x")) == TARGET_SCHEMA_REGISTRY
+    assert reconnect_target(SourceUnavailable("x")) == TARGET_POSTGRES
+    assert reconnect_target(SlotInUse("x")) == TARGET_POSTGRES  # a subclass nobody listed: its nearest base

@@ -12,7 +12,7 @@ from pgbridge.config import PostgresConfig, Settings
 from pgbridge.encode.columns import ColumnRules, table_problem
 from pgbridge.encode.schemas import TABLE_KEY_FIELD
 from pgbridge.encode.types import codec_for
-from pgbridge.errors import ConfigError, PgbridgeError
+from pgbridge.errors import ConfigError, FatalError, PgbridgeError
 from pgbridge.identifiers import quote_ident, table_name
 from pgbridge.publish.outbox import catalog_problems, topic_problem
 from pgbridge.publish.routing import TopicRouter
@@ -55,6 +55,23 @@ from pgbridge.source.type_catalog import CatalogTypes
 _TOASTABLE_STORAGE = ("x", "e")
 
 
+def wal_level_problem(wal_level: str) -> Problem | None:
+    """Logical decoding needs ``wal_level = logical`` (``pgbridge check``, and ``run`` at start)."""
+    if wal_level == "logical":
+        return None
+    return Problem("error", f"wal_level is {wal_level}, not logical",
+                   "ALTER SYSTEM SET wal_level = logical; then restart Postgres")
+
+
+def require_logical_wal(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """``run``'s start: the server's ``wal_level`` as ``pgbridge check`` judges it, raised as a
+    ``FatalError`` (retrying cannot change it)."""
+    row = conn.execute("SHOW wal_level").fetchone()
+    problem = wal_level_problem(str(row[0]) if row else "?")
+    if problem is not None:
+        raise FatalError(problem.message, hint=problem.fix)
+
+
 def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Problem]:
     pg = settings.postgres
     problems: list[Problem] = []
@@ -63,9 +80,9 @@ def check_postgres(conn: psycopg.Connection[tuple[object, ...]], settings: Setti
         row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
         return str(row[0]) if row else ""
 
-    if setting("wal_level") != "logical":
-        problems.append(Problem("error", f"wal_level is {setting('wal_level')}, not logical",
-                                "ALTER SYSTEM SET wal_level = logical; then restart Postgres"))
+    wal_level = wal_level_problem(setting("wal_level"))
+    if wal_level is not None:
+        problems.append(wal_level)
     if int(setting("max_replication_slots") or 0) < 1:
         problems.append(Problem("error", "max_replication_slots is 0",
                                 "ALTER SYSTEM SET max_replication_slots = 10; then restart Postgres"))

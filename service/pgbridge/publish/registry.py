@@ -37,7 +37,7 @@ from typing import Any, Final
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 
 from pgbridge.config import SchemaRegistryConfig
-from pgbridge.encode.wire import confluent_header, schema_json
+from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar, confluent_header, schema_json
 from pgbridge.errors import ConfigError, FatalError, PgbridgeError, RegistryUnavailable, SchemaError
 from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.topics import schemas_topic
@@ -69,6 +69,18 @@ def _http_libraries() -> tuple[ModuleType, ...]:
 def _transport_errors() -> tuple[type[Exception], ...]:
     """The HTTP libraries' base error (connection refused, DNS, TLS, timeout: nothing answered)."""
     return tuple(library.HTTPError for library in _http_libraries())
+
+
+def registrar_for(config: SchemaRegistryConfig,
+                  publisher: KafkaPublisher) -> tuple[SchemaRegistrar, ConfluentRegistrar | None]:
+    """How writer schemas are made known: a Schema Registry when ``schema_registry.url`` is set
+    (Confluent wire format; an unreachable registry retries), else registry-less single-object
+    encoding announcing each schema on ``{prefix}._schemas``. The registry, when there is one, is
+    returned too: the session closes it."""
+    if config.url:
+        registry = ConfluentRegistrar.connect(config)
+        return registry, registry
+    return SingleObjectRegistrar(schema_announcer(publisher, publisher.config.topic_prefix)), None
 
 
 def schema_announcer(publisher: KafkaPublisher, prefix: str) -> Callable[[str, str], None]:

@@ -49,6 +49,15 @@ class KeyColumns:
                                                if configured is None else message_key(configured, relation))
         return cached
 
+    @classmethod
+    def checked(cls, conn: psycopg.Connection[tuple[object, ...]], kafka: KafkaConfig,
+                publication: str) -> KeyColumns:
+        """The key columns of ``kafka.message_key_columns`` (else each table's own), refused at start
+        when an entry cannot hold (``check_configured``)."""
+        keys = cls(conn, message_keys(kafka))
+        keys.check_configured(publication)
+        return keys
+
     def check_configured(self, publication: str) -> None:
         """Refuse (``ConfigError``) a ``kafka.message_key_columns`` entry whose table is not published,
         lacks a named column, or whose replica identity leaves a column out of a delete's old row."""
