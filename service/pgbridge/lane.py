@@ -1,7 +1,7 @@
 """The insert lane: a plain transaction's Insert frames from bytes to ``produce`` in one step.
 
 ```
- XLogData 'I' ──▶ read_tuple (decode kernel) ──▶ native_insert (encode kernel) ──▶ produce
+ XLogData 'I' ──▶ read_tuple (decode kernel) ──▶ kernel_insert (encode kernel) ──▶ produce
         │ anything else, or a row a kernel hands back
         └──────────▶ decode ──▶ feed ──▶ handle   (the stages, unchanged)
 ```
@@ -78,14 +78,13 @@ _UNSEEN: Final = _Table.__new__(_Table)  # a relation OID not looked up yet (``N
 class InsertLane:
     """Takes a plain transaction's inserts past the stages when they would only pass them on."""
 
-    def __init__(self, *, assembler: TransactionAssembler, dispatcher: Dispatcher, idle: Callable[[], None]) -> None:
+    def __init__(self, *, assembler: TransactionAssembler, dispatcher: Dispatcher) -> None:
         self._assembler = assembler
         self._relations = assembler.relations
         self._dispatcher = dispatcher
         self._encoder = dispatcher.encoder
         self._incremental = dispatcher.incremental
         self._exactly_once = dispatcher.exactly_once
-        self._idle = idle
         self._tables: dict[int, _Table | None] = {}
         self._version = -1
         self._tx: OpenTransaction | None = None
@@ -94,12 +93,11 @@ class InsertLane:
         self._row: tuple[Relation, TupleData, Lsn] | None = None  # the row being produced, for ``_origin``
 
     @classmethod
-    def of(cls, *, assembler: TransactionAssembler, dispatcher: Dispatcher,
-           idle: Callable[[], None]) -> InsertLane | None:
+    def of(cls, *, assembler: TransactionAssembler, dispatcher: Dispatcher) -> InsertLane | None:
         """The lane, or ``None`` without the compiled kernels (the stages are then the only path)."""
         if not all(native.status().values()):
             return None
-        return cls(assembler=assembler, dispatcher=dispatcher, idle=idle)
+        return cls(assembler=assembler, dispatcher=dispatcher)
 
     def ready(self) -> bool:
         """Whether inserts may take the lane now; asked again after every frame the stages handled
@@ -141,14 +139,15 @@ class InsertLane:
         tally = tx.tally(entry.table)
         total = tx.total_order + 1
         order = tally.order + 1
-        records = entry.plan.native_insert(row, wal_start, self._context, total, order)
+        records = entry.plan.kernel_insert(row, wal_start, self._context, total, order)
         if records is None:
             return INVALID_LSN
         key, value = records
         tx.total_order = total
         tally.order = order
         self._row = (entry.relation, row, wal_start)
-        tally.add("c", self._dispatcher.lane_produce(tx, entry.plan.topic, key, value, self._origin_of))
+        self._dispatcher.lane_produce(tx, entry.plan.topic, key, value, self._origin_of)
+        tally.add("c", len(value) if key is None else len(key) + len(value))
         if self._exactly_once:
             self._dispatcher.split_if_due(tx)
         return wal_end

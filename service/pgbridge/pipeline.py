@@ -35,20 +35,17 @@ from pgbridge.ack.progress import ProgressReporter
 from pgbridge.ack.tracker import AckTracker
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
+from pgbridge.check.postgres import require_logical_wal
 from pgbridge.config import Settings, ToastConfig, TypesConfig
-from pgbridge.decode.pgoutput import PgoutputDecoder
+from pgbridge.decode.pgoutput import ROW_MESSAGES, PgoutputDecoder
 from pgbridge.encode import NumericPolicy
-from pgbridge.encode.columns import ColumnRules, PolicyEncoder, encoder_for
+from pgbridge.encode.columns import ColumnRules, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
 from pgbridge.encode.renames import RenameHistory
 from pgbridge.encode.schema_change import SchemaChanges
-from pgbridge.encode.wire import SchemaRegistrar, SingleObjectRegistrar
 from pgbridge.errors import (
-    BrokerUnavailable,
-    FatalError,
     PgbridgeError,
     PublishError,
-    RegistryUnavailable,
     SlotInUse,
     StopRequested,
     TransientError,
@@ -57,13 +54,13 @@ from pgbridge.health import Health
 from pgbridge.lane import INSERT_MIN_BYTES, INSERT_TAG, INSERT_TAG_AT, ROW_TAGS, InsertLane
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
-from pgbridge.metrics import TARGET_KAFKA, TARGET_POSTGRES, TARGET_SCHEMA_REGISTRY, EncodeMetrics, Metrics
+from pgbridge.metrics import EncodeMetrics, Metrics, reconnect_target
 from pgbridge.periodic import AssemblerGauges, Job, KafkaProbe, between_transaction_jobs, streaming_jobs
 from pgbridge.publish.delivery import Deliveries
 from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.outbox import OutboxRouter, outbox_router
 from pgbridge.publish.producer import KafkaPublisher
-from pgbridge.publish.registry import ConfluentRegistrar, schema_announcer
+from pgbridge.publish.registry import ConfluentRegistrar, registrar_for
 from pgbridge.publish.routing import PublishFilter, TopicRouter
 from pgbridge.publish.topics import schema_changes_topic
 from pgbridge.snapshot.filters import validate_filters
@@ -85,7 +82,7 @@ from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.ddl_trigger import prepare_ddl_capture
 from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
-from pgbridge.source.keys import KeyColumns, message_keys
+from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.options import negotiate_proto_version, replication_options
 from pgbridge.source.publication import prepare_publication
@@ -154,10 +151,7 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
     sql = slots.connect_sql(dsn, connect_timeout_s=pg.connect_timeout_s)
     repl: ReplicationConnection | None = None
     try:
-        wal_level = sql.execute("SHOW wal_level").fetchone()
-        if wal_level is None or wal_level[0] != "logical":
-            raise FatalError(f"wal_level is {wal_level[0] if wal_level else '?'}, logical replication needs "
-                             "wal_level=logical", hint="ALTER SYSTEM SET wal_level = logical; then restart Postgres")
+        require_logical_wal(sql)
         role = server_role(sql, pg)
         prepare_publication(sql, pg, standby=role.standby)
         if pg.ddl_events and not role.standby:  # a standby cannot create it; the primary's trigger replicates
@@ -171,23 +165,16 @@ def open_session(settings: Settings, assembler: TransactionAssembler, publisher:
         options = replication_options(pg, proto, repl.server_version)
         database = repl.identify_system().dbname or ""
         prefix = settings.kafka.topic_prefix
-        registry: ConfluentRegistrar | None = None
-        registrar: SchemaRegistrar
-        if settings.schema_registry.url:  # Confluent wire format; an unreachable registry retries
-            registrar = registry = ConfluentRegistrar.connect(settings.schema_registry)
-        else:
-            registrar = SingleObjectRegistrar(schema_announcer(publisher, prefix))
-        keys = KeyColumns(sql, message_keys(settings.kafka))
-        keys.check_configured(pg.publication)
+        registrar, registry = registrar_for(settings.schema_registry, publisher)
+        keys = KeyColumns.checked(sql, settings.kafka, pg.publication)
         encoder = encoder_for(ColumnRules.of(settings.columns))(
             topic_prefix=prefix, database=database, registrar=registrar, key_resolver=keys,
             type_names=assembler.relations.type_name, type_catalog=CatalogTypes(sql),
             toast=toast_policy(settings.toast), numeric=numeric_policy(settings.types),
             observer=EncodeMetrics(metrics), subject_strategy=settings.schema_registry.subject_name_strategy,
             router=TopicRouter.of(settings.kafka, slots.published_tables(sql, pg.publication, stream_filter(pg))))
-        if isinstance(encoder, PolicyEncoder):
-            encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
-                                 for schema, table in slots.published_tables(sql, pg.publication, stream_filter(pg)))
+        encoder.check_tables(slots.relation_from_catalog(sql, schema, table, pg.publication)
+                             for schema, table in slots.published_tables(sql, pg.publication, stream_filter(pg)))
     except BaseException:
         if repl is not None:
             repl.close()
@@ -249,7 +236,7 @@ class Session:
             incremental=snapshotter, outbox=outbox)
         if pg.ddl_events:
             conn.encoder.schema_changes = _schema_changes(self.settings, conn, self.progress.topic, records)
-        self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher, idle=self._idle_tick)
+        self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher)
         self._prepare_slot(conn, records, partial(_BeatingSnapshotSink, deliveries, conn.encoder, self.progress,
                                                   outbox=outbox, health=self.health))
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
@@ -315,11 +302,16 @@ class Session:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        """Frames in batches (``read_batch``); XLogData straight to decode → assemble → dispatch."""
+        """Frames in batches (``read_batch``); XLogData straight to decode → assemble → dispatch.
+
+        A plain transaction's row goes from the decoder to the assembler's ``plain_row`` and the
+        dispatcher's ``row``; an insert the lane is ready for takes the insert lane (lane.py)."""
         assert self.stream is not None and self.decoder is not None and self.dispatcher is not None
         read_batch = self.stream.read_batch
         decode = self.decoder.decode
+        plain_row = self.assembler.plain_row
         feed = self.assembler.feed
+        row = self.dispatcher.row
         handle = self.dispatcher.handle
         lane = self.lane
         lane_open = lane is not None and lane.ready()
@@ -339,15 +331,20 @@ class Session:
                         assert lane is not None
                         wal_end = lane.insert(bytes(payload))
                         if wal_end:  # published; otherwise the stages take it below
-                            if wal_end > reporter.received_lsn:
-                                reporter.received_lsn = wal_end
+                            reporter.received(wal_end)
                             frames += 1
                             continue
                     wal_start, wal_end, body = split_xlog(payload)
-                    if wal_end > reporter.received_lsn:
-                        reporter.received_lsn = wal_end
+                    reporter.received(wal_end)
+                    message = decode(body)
+                    if type(message) in ROW_MESSAGES:  # a plain transaction's row: straight to the dispatcher
+                        change = plain_row(message, wal_start)  # type: ignore[arg-type]
+                        if change is not None:
+                            row(change)
+                            frames += 1
+                            continue
                     events = 0
-                    for event in feed(decode(body), wal_start):
+                    for event in feed(message, wal_start):
                         handle(event)
                         events += 1
                         if events >= HOUSEKEEPING_EVERY:
@@ -381,8 +378,7 @@ class Session:
         if payload[0] != XLOG_TAG:
             parse_copy_message(payload)  # raises: only an XLogData frame can be this large
         wal_start, wal_end, body = split_xlog(payload)
-        if wal_end > self.reporter.received_lsn:
-            self.reporter.received_lsn = wal_end
+        self.reporter.received(wal_end)
         message = self.decoder.decode(body)
         del payload, body
         events = 0
@@ -599,9 +595,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
             except TransientError as exc:
                 session.publisher.check_fenced()  # a fenced producer stops here, it never reconnects
                 health.last_error = str(exc)
-                target = TARGET_KAFKA if isinstance(exc, BrokerUnavailable) else \
-                    TARGET_SCHEMA_REGISTRY if isinstance(exc, RegistryUnavailable) else TARGET_POSTGRES
-                metrics.reconnects.labels(target).inc()
+                metrics.reconnects.labels(reconnect_target(exc)).inc()
                 log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
                 session.close()
             except PublishError:

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from pgbridge import lane as lane_module
+from pgbridge.ack.progress import ProgressReporter
 from pgbridge.ack.tracker import AckTracker, Unit
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
@@ -51,6 +52,7 @@ from pgbridge.publish.dispatch import Dispatcher
 from pgbridge.publish.oversize import RecordOrigin
 from pgbridge.publish.routing import PublishFilter, TopicRouter
 from pgbridge.publish.transactions import Position
+from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.selection import TableSelection
 from tests.support.batches import BatchStream
 from tests.support.kernels import compiled
@@ -187,9 +189,8 @@ def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, lane: bool, split_eve
                               **encoder),
         deliveries=deliveries, filter=PublishFilter.of(publisher.config), incremental=None)
     _CountingLane.taken = 0
-    session.lane = _CountingLane(assembler=session.assembler, dispatcher=session.dispatcher,
-                                 idle=lambda: None) if lane else None
-    session.reporter = type("Reporter", (), {"received_lsn": 0})()
+    session.lane = _CountingLane(assembler=session.assembler, dispatcher=session.dispatcher) if lane else None
+    session.reporter = ProgressReporter(tracker, metrics, SlotIdentity(), status_interval_s=10.0, stall_s=60.0)
     session._housekeeping = lambda **_: None
     error = ""
     try:

@@ -10,10 +10,14 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from pgbridge.ack.progress import ProgressReporter
+from pgbridge.ack.tracker import AckTracker
 from pgbridge.decode.messages import Insert, Message, TupleData
 from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.lsn import Lsn
+from pgbridge.metrics import Metrics
 from pgbridge.pipeline import Session
+from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.stream import LARGE_FRAME_BYTES
 from tests.support.batches import BatchStream
 from tests.support.pgoutput_builder import encode_message
@@ -28,6 +32,9 @@ def _frame(row_id: int, size: int) -> array.array[int]:
 
 
 class _Assembler:
+    def plain_row(self, message: Message, wal_start: Lsn) -> None:
+        return None  # every message through ``feed``
+
     def feed(self, message: Message, wal_start: Lsn) -> Iterator[Message]:
         yield message
 
@@ -36,6 +43,9 @@ class _Dispatcher:
     def __init__(self, watched: weakref.ref[array.array[int]]) -> None:
         self.watched = watched
         self.handled: list[tuple[bytes, int, bool]] = []
+
+    def row(self, event: Any) -> None:
+        raise AssertionError("no row is handed over without the assembler")
 
     def handle(self, event: Any) -> None:
         self.handled.append((event.new.values[0], len(event.new.values[1]), self.watched() is not None))
@@ -50,7 +60,7 @@ def _run(frames: list[array.array[int]], watch: int) -> list[tuple[bytes, int, b
     dispatcher = _Dispatcher(weakref.ref(frames[watch]))
     session.dispatcher = dispatcher
     session.lane = None
-    session.reporter = type("Reporter", (), {"received_lsn": 0})()
+    session.reporter = ProgressReporter(AckTracker(), Metrics(), SlotIdentity(), status_interval_s=10.0, stall_s=60.0)
     session._housekeeping = lambda **_: None
     frames.clear()  # the stream's batch holds the only references now
     session.run()

@@ -58,6 +58,12 @@ class ProgressReporter:
         self.stall: Stall | None = None
         self._observer = observer
 
+    def received(self, wal_end: Lsn) -> None:
+        """An XLogData frame ending at ``wal_end`` was read: the received position only grows (a
+        frame re-sent after a reconnect, or out of a streamed block, may end below it)."""
+        if wal_end > self.received_lsn:
+            self.received_lsn = wal_end
+
     def report(self, status: StatusSender | None, *, idle: bool, unfinished_lsn: Lsn | None,
                reply_requested: bool, now: float) -> Lsn:
         """One housekeeping pass; returns the LSN that may be confirmed now."""

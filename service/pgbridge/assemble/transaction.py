@@ -43,7 +43,6 @@ import enum
 import pathlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import cast
 
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.prepared import PreparedTransactions
@@ -85,7 +84,6 @@ from pgbridge.decode.messages import (
 from pgbridge.errors import InvariantError
 from pgbridge.lsn import Lsn, format_lsn
 from pgbridge.metrics import OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK
-from pgbridge.slotted import new_instance, slot_setters
 
 ChangeMessage = Insert | Update | Delete | Truncate | LogicalMessage | Origin
 OUTCOMES = (OUTCOME_ABORTED, OUTCOME_PREPARED, OUTCOME_ROLLED_BACK)
@@ -111,38 +109,23 @@ class _PlainTransaction:
     final_lsn: Lsn
 
 
-_set_op, _set_relation, _set_lsn, _set_old_kind, _set_old, _set_new = slot_setters(
-    RowChange, "op", "relation", "lsn", "old_kind", "old", "new")
+_new_tuple = tuple.__new__
+
+
+def row_event(msg: Insert | Update | Delete, wal_start: Lsn, relation: Relation) -> RowChange:
+    """The ``RowChange`` of an Insert, Update or Delete of ``relation`` (the Relation in force); one
+    per row, so the tuple is built directly, without the named tuple's ``__new__``."""
+    if isinstance(msg, Insert):
+        return _new_tuple(RowChange, ("c", relation, wal_start, None, None, msg.new))
+    if isinstance(msg, Update):
+        return _new_tuple(RowChange, ("u", relation, wal_start, msg.old_kind, msg.old, msg.new))
+    return _new_tuple(RowChange, ("d", relation, wal_start, msg.old_kind, msg.old, None))
 
 
 def change_event(msg: ChangeMessage, wal_start: Lsn, relation_of: RelationLookup) -> BufferedEvent:
-    """The event for one change message; ``relation_of`` resolves the Relation in force now.
-
-    Row changes, one per row, are built through their slots (see ``pgbridge.slotted``)."""
-    kind = type(msg)
-    if kind is Insert or kind is Update or kind is Delete:
-        row = cast(Insert | Update | Delete, msg)
-        change = new_instance(RowChange)
-        _set_relation(change, relation_of(row.rel_id))
-        _set_lsn(change, wal_start)
-        if kind is Insert:
-            _set_op(change, "c")
-            _set_old_kind(change, None)
-            _set_old(change, None)
-            _set_new(change, cast(Insert, msg).new)
-        elif kind is Update:
-            update = cast(Update, msg)
-            _set_op(change, "u")
-            _set_old_kind(change, update.old_kind)
-            _set_old(change, update.old)
-            _set_new(change, update.new)
-        else:
-            delete = cast(Delete, msg)
-            _set_op(change, "d")
-            _set_old_kind(change, delete.old_kind)
-            _set_old(change, delete.old)
-            _set_new(change, None)
-        return change
+    """The event for one change message; ``relation_of`` resolves the Relation in force now."""
+    if isinstance(msg, (Insert, Update, Delete)):
+        return row_event(msg, wal_start, relation_of(msg.rel_id))
     if isinstance(msg, Truncate):
         return TruncateChange(relations=tuple(relation_of(rel_id) for rel_id in msg.rel_ids),
                               options=msg.options, lsn=wal_start)
@@ -235,6 +218,18 @@ class TransactionAssembler:
         """Whether a plain transaction's changes of ``relation`` are handed on unchanged: no
         capture filter, or one that selects the table (it drops and counts the others)."""
         return self._capture is None or self._capture.selects(relation)
+
+    def plain_row(self, msg: Insert | Update | Delete, wal_start: Lsn) -> RowChange | None:
+        """The streaming loop's hot path: the change of a row message that a plain transaction
+        hands on as it comes (what ``feed`` would return for it alone); ``None`` when ``feed``
+        must take the message (no plain transaction open, or a table the capture filter drops,
+        which ``feed`` counts)."""
+        if self._state is not SessionState.IN_TRANSACTION:
+            return None
+        relation = self._relations.get(msg.rel_id)
+        if not self.passes_on(relation):
+            return None
+        return row_event(msg, wal_start, relation)
 
     def oldest_unfinished_lsn(self) -> Lsn | None:
         """WAL start of the oldest transaction begun but not yet fully handed downstream."""

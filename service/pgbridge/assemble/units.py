@@ -10,7 +10,7 @@ A non-transactional logical message arrives on its own as ``StandaloneMessage``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pgbridge.decode.messages import OldKind, Relation, TupleData
 from pgbridge.lsn import Lsn
@@ -33,8 +33,10 @@ class TxOrigin:
     origin_lsn: Lsn
 
 
-@dataclass(frozen=True, slots=True)
-class RowChange:
+class RowChange(NamedTuple):
+    """One row's change; a named tuple because one is built per row (``tuple.__new__`` in
+    assemble/transaction.py: a third of a slotted dataclass's cost)."""
+
     op: ChangeOp
     relation: Relation  # the Relation in force when the change was decoded
     lsn: Lsn  # WAL position of the change

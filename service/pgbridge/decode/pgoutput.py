@@ -53,9 +53,10 @@ from pgbridge.errors import DecodeError, InvariantError
 from pgbridge.lsn import Lsn
 from pgbridge.slotted import new_instance, slot_setters
 
-_native: Any = _native_switch.load("pgbridge.decode._native")  # the compiled twin of ``_tuple``'s loop
+# The compiled row decoder: the twin of the Insert/Update/Delete decoders and of ``_tuple``'s loop.
+_native: Any = _native_switch.load("pgbridge.decode._native")
 
-__all__ = ["MAX_PROTO_VERSION", "MIN_PROTO_VERSION", "PgoutputDecoder", "decode_message"]
+__all__ = ["MAX_PROTO_VERSION", "MIN_PROTO_VERSION", "ROW_MESSAGES", "PgoutputDecoder", "decode_message"]
 
 MIN_PROTO_VERSION: Final = 1
 MAX_PROTO_VERSION: Final = 4
@@ -524,6 +525,8 @@ IN_PLACE_BYTES: Final = 1 << 20
 copying it to ``bytes`` first would hold a huge value (issue 16: a 500 MB text) twice more, the
 message's copy and the value's, while each value is copied out once anyway."""
 _ROW_TAGS: Final = frozenset(b"IUD")
+ROW_MESSAGES: Final = frozenset({Insert, Update, Delete})
+"""The row messages: the streaming loop hands them to the assembler's ``plain_row`` first."""
 
 
 def _owned(buf: Buffer) -> bytes:
@@ -581,6 +584,10 @@ class PgoutputDecoder:
         if buf and not self._in_stream:
             hot = _ROW_DECODERS[buf[0]]
             if hot is not None:  # Insert/Update/Delete outside a stream block: no dispatch, no checks
+                if _native is not None and type(buf) is bytes:  # compiled; None: malformed, named below
+                    row: Message | None = _native.read_row(buf)
+                    if row is not None:
+                        return row
                 return hot(buf, False)
         msg = _dispatch(buf, self._table, self._in_stream, self._proto_version)
         if type(msg) is StreamStart:

@@ -290,8 +290,8 @@ class PolicyEncoder(ChangeEncoder):
     def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:
         view = self._view(change.relation)
         if view is not None:
-            change = replace(change, relation=view.relation, old=view.project_optional(change.old),
-                             new=view.project_optional(change.new))
+            change = change._replace(relation=view.relation, old=view.project_optional(change.old),
+                                     new=view.project_optional(change.new))
         return super().encode_row(change, ctx)
 
     def encode_snapshot_row(self, relation: Relation, row: TupleData, ctx: EventContext) -> OutRecord:

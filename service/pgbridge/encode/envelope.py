@@ -22,7 +22,7 @@ old key image for a key column whose TOASTed value Postgres did not resend.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
@@ -32,7 +32,7 @@ from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.config import DEFAULT_TOAST_CACHE_ROWS
 from pgbridge.decode.messages import IDENTITY_FULL, IDENTITY_INDEX, Relation, TupleData
 from pgbridge.encode import schemas
-from pgbridge.encode.plan import OP_CREATE, TablePlan, kernel_built
+from pgbridge.encode.plan import OP_CREATE, OP_DELETE, OP_UPDATE, OutRecord, TablePlan, kernel_built
 from pgbridge.encode.renames import ColumnAliases
 from pgbridge.encode.schemas import Schema
 from pgbridge.encode.subjects import SubjectNameStrategy, subject_name
@@ -59,13 +59,20 @@ __all__ = ["COMPATIBILITY_COMPATIBLE", "COMPATIBILITY_INCOMPATIBLE", "TOAST_CACH
 # --- what callers pass and get --------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventContext:
     """Where an event sits: its transaction (for ``source`` and ``transaction``) and its order.
 
     ``ts_us`` is the commit time in microseconds since the Unix epoch. ``total_order`` and
     ``collection_order`` are 1-based positions in the transaction overall and within the table;
     together with ``commit_lsn`` they make an event identifiable across re-deliveries.
+
+    Its order fields are mutable on purpose: the dispatcher keeps one context per open
+    transaction and advances them before each event (publish/dispatch.py,
+    ``OpenTransaction.next_context``), since a new object per row cost ~5% of the bridge's CPU.
+    The transaction fields (``commit_lsn``, ``xid``, ``ts_us``, ``origin``, ``snapshot``) are
+    never changed in place: a new origin is a new context. The encoder caches a context's wire
+    bytes by identity on that promise.
     """
 
     commit_lsn: int
@@ -75,12 +82,6 @@ class EventContext:
     total_order: int
     collection_order: int
     snapshot: bool = False
-
-
-class OutRecord(NamedTuple):
-    topic: str
-    key: bytes | None
-    value: bytes | None
 
 
 class RecordTopics(Protocol):
@@ -157,8 +158,8 @@ class _TableSchemas(NamedTuple):
 
 _PLAN_CACHE_SIZE: Final = 4096
 _OP_CREATE: Final = OP_CREATE
-_OP_UPDATE: Final = write_string("u")
-_OP_DELETE: Final = write_string("d")
+_OP_UPDATE: Final = OP_UPDATE
+_OP_DELETE: Final = OP_DELETE
 _OP_READ: Final = write_string("r")
 _OP_TRUNCATE: Final = write_string("t")
 
@@ -200,7 +201,9 @@ class ChangeEncoder:
         self._fixed_headers: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
         self._by_identity: dict[int, tuple[Relation, TablePlan]] = {}
         self._by_shape: dict[tuple[Any, ...], TablePlan] = {}
+        self._last: tuple[Relation, TablePlan] | None = None  # the last plan asked for
         self._context_key: tuple[int, int, int, str | None] | None = None
+        self._context_of: EventContext | None = None  # the context whose bytes are cached
         self._context_bytes: tuple[bytes, bytes, bytes] = (b"", b"", b"")
         self.messages_topic = router.messages
         self.transactions_topic = router.transactions
@@ -230,9 +233,18 @@ class ChangeEncoder:
         next Relation compiles with the new aliases (encode/schema_change.py; rare: DDL only)."""
         self._by_shape = {shape: plan for shape, plan in self._by_shape.items() if shape[0] != rel_id}
         self._by_identity.clear()
+        self._last = None
+
+    def check_tables(self, relations: Iterable[Relation]) -> None:
+        """Refuse at start what the first row of a published table would be refused for: nothing
+        here (``relations`` is not even read); a column policy's encoder checks its rules
+        (encode/columns.py)."""
 
     def table_of(self, relation: Relation) -> str:
         """``schema.table`` of a Relation version, from its plan (one identity look-up per row)."""
+        last = self._last
+        if last is not None and relation is last[0]:  # asked for every row: the last plan first
+            return last[1].table
         return self._plan(relation).table
 
     def key_schema(self, relation: Relation) -> dict[str, Any] | None:
@@ -318,10 +330,12 @@ class ChangeEncoder:
         key_header = (self._header(self.subject(topic, key, key=True), key) + (write_string(table) if table_key else b"")
                       if key else b"")
         value_header = self._header(self.subject(topic, value, key=False), value)
-        return TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
-                          key_indexes=key_indexes, key_schema=key, value_schema=value,
-                          key_header=key_header, value_header=value_header,
-                          toast_policy=self._toast.for_table(table), native=self._native)
+        plan = TablePlan(relation=relation, topic=topic, database=self._database, codecs=codecs,
+                         key_indexes=key_indexes, key_schema=key, value_schema=value,
+                         key_header=key_header, value_header=value_header,
+                         toast_policy=self._toast.for_table(table), native=self._native)
+        plan.kernel_only = plan.native is not None and plan.toast_policy == TOAST_MARKER
+        return plan
 
     def _note_schema_change(self, table: str, value: Schema) -> None:
         """Report a table's new writer schema as compatible when a consumer holding the previous
@@ -338,8 +352,12 @@ class ChangeEncoder:
         """The plan of a Relation version: by identity first (the relation cache hands out the
         same object), then by content without ``xid`` (a streamed transaction re-sends an equal
         Relation carrying its xid; that must not compile or register again)."""
+        last = self._last
+        if last is not None and relation is last[0]:  # the row path asks twice a row (table_of, encode_row)
+            return last[1]
         entry = self._by_identity.get(id(relation))
         if entry is not None and entry[0] is relation:
+            self._last = entry
             return entry[1]
         shape = (relation.rel_id, relation.namespace, relation.name, relation.replica_identity, relation.columns)
         plan = self._by_shape.get(shape)
@@ -350,12 +368,12 @@ class ChangeEncoder:
             self._by_shape[shape] = plan
         if len(self._by_identity) >= _PLAN_CACHE_SIZE:
             self._by_identity.clear()
-        self._by_identity[id(relation)] = (relation, plan)  # holds the object, so its id stays unique
+        self._by_identity[id(relation)] = self._last = (relation, plan)  # holds the object: its id stays unique
         return plan
 
     def lane_plan(self, relation: Relation) -> TablePlan | None:
         """``relation``'s plan when its inserts need nothing but the compiled kernel
-        (``TablePlan.native_insert``), for the session's insert lane (``pgbridge/lane.py``);
+        (``TablePlan.kernel_change``), for the session's insert lane (``pgbridge/lane.py``);
         ``None`` sends them through ``encode_row``: no kernel, or the TOAST cache remembers them."""
         plan = self._plan(relation)
         return plan if plan.native is not None and plan.toast_policy != TOAST_CACHE else None
@@ -363,7 +381,12 @@ class ChangeEncoder:
     # -- row changes -----------------------------------------------------------------------------
 
     def context_bytes(self, ctx: EventContext) -> tuple[bytes, bytes, bytes]:
-        """(commit_lsn + xid + ts_us, origin, transaction id) bodies; cached per transaction."""
+        """(commit_lsn + xid + ts_us, origin, transaction id) bodies; cached per transaction: a
+        context's transaction fields never change in place (``EventContext``), so the same
+        context object has the same bytes."""
+        if ctx is self._context_of:
+            return self._context_bytes
+        self._context_of = ctx
         key = (ctx.commit_lsn, ctx.xid, ctx.ts_us, ctx.origin)
         if key != self._context_key:
             origin = NULL_BRANCH if ctx.origin is None else VALUE_BRANCH + write_string(ctx.origin)
@@ -378,9 +401,20 @@ class ChangeEncoder:
                              snapshot, in_transaction)
 
     def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:
-        """Records of an insert, update or delete, in the order they must be produced."""
+        """Records of an insert, update or delete, in the order they must be produced.
+
+        A table whose unchanged TOAST values are published as they come (the marker policy) has
+        its changes written by the compiled kernel in one call (``TablePlan.kernel_change``);
+        anything that kernel leaves (or any other policy) takes the Python path below.
+        """
         plan = self._plan(change.relation)
         op = change.op
+        if plan.kernel_only:  # the TOAST marker policy: the cache never holds this table's rows
+            context = self._context_bytes if ctx is self._context_of else self.context_bytes(ctx)
+            written = plan.kernel_change(op, change.old if change.old_kind is not None else None, change.new,
+                                         change.lsn, context, ctx.total_order, ctx.collection_order, ctx.snapshot)
+            if written is not None:
+                return written
         if op == "c":
             new = _require(change.new, "insert", plan)
             value = self._envelope(plan, _OP_CREATE, None, new, change.lsn, ctx, ctx.snapshot, True)

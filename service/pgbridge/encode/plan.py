@@ -45,11 +45,22 @@ def kernel_built() -> bool:
     return _native is not None
 
 
+class OutRecord(NamedTuple):
+    """A Kafka record: topic, framed Avro key (``None``: a null key), framed value (``None``: a
+    tombstone)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+
+
 _RawEncoder = Callable[[Any], bytes]
 
 _CONVERSION_ERRORS: Final = (ValueError, OverflowError, ArithmeticError, IndexError, struct.error, TypeError)
 _ROW_ERRORS: Final = (EncodeError, *_CONVERSION_ERRORS)
-OP_CREATE: Final = write_string("c")  # the envelope's ``op`` of an insert
+OP_CREATE: Final = write_string("c")  # the envelope's ``op`` of an insert, an update, a delete
+OP_UPDATE: Final = write_string("u")
+OP_DELETE: Final = write_string("d")
 VALUE_KINDS: Final = (KIND_TEXT, KIND_BINARY)
 _SETTINGS_HINT: Final = ("pgbridge reads values as Postgres prints them with client_encoding=UTF8 and "
                          "DateStyle=ISO; check the replication connection's settings")
@@ -110,9 +121,29 @@ def _native_plan(codecs: tuple[TypeCodec, ...], key_indexes: tuple[int, ...], te
 class TablePlan:
     """Everything needed to write one Relation version's records, computed once."""
 
-    __slots__ = ("after_labels", "all_text", "before_labels", "binary_fields", "column_names", "key_binary",
-                 "key_header", "key_indexes", "key_schema", "key_text", "native", "ncols", "pg_types", "source_head",
-                 "table", "text_fields", "toast_policy", "topic", "value_header", "value_schema")
+    __slots__ = (
+        "after_labels",
+        "all_text",
+        "before_labels",
+        "binary_fields",
+        "column_names",
+        "kernel_only",
+        "key_binary",
+        "key_header",
+        "key_indexes",
+        "key_schema",
+        "key_text",
+        "native",
+        "ncols",
+        "pg_types",
+        "source_head",
+        "table",
+        "text_fields",
+        "toast_policy",
+        "topic",
+        "value_header",
+        "value_schema",
+    )
 
     def __init__(self, *, relation: Relation, topic: str, database: str, codecs: tuple[TypeCodec, ...],
                  key_indexes: tuple[int, ...], key_schema: Schema | None, value_schema: Schema,
@@ -144,6 +175,9 @@ class TablePlan:
         self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
         self.native = (_native_plan(codecs, key_indexes, self.text_fields, self.binary_fields, self.key_text,
                                     self.key_binary) if native else None)
+        # Whether a row change is the kernel's alone (``kernel_change``): set by the encoder, which
+        # knows whether the table's TOAST policy leaves the rows as they come.
+        self.kernel_only = False
 
     def write_row(self, row: TupleData, parts: list[bytes], labels: tuple[str, ...],
                   unrepresentable: list[tuple[str, str]]) -> list[str] | None:
@@ -291,18 +325,17 @@ class TablePlan:
         parts.append(VALUE_BRANCH + write_string_map(unrepresentable) if unrepresentable else NULL_BRANCH)
         return b"".join(parts)
 
-    def native_insert(self, after: TupleData, lsn: int, context: tuple[bytes, bytes, bytes], total_order: int,
-                      collection_order: int) -> tuple[bytes | None, bytes] | None:
-        """An insert's framed (key, envelope) written by the compiled kernel alone, for the
-        session's insert lane (``pgbridge/lane.py``): the same bytes ``envelope`` and
-        ``required_key`` give, or ``None`` when a column needs their Python path (a bad value
-        they name, an unrepresentable one they record, a key column missing). Needs ``native``."""
+    def kernel_insert(self, after: TupleData, lsn: int, context: tuple[bytes, bytes, bytes], total_order: int,
+                      collection_order: int, snapshot: bool = False) -> tuple[bytes | None, bytes] | None:
+        """An insert's framed (key, envelope) written by the compiled kernel alone (``kernel_change``
+        for an insert; the session's insert lane, ``pgbridge/lane.py``, asks it directly)."""
         native = self.native
-        assert native is not None
+        if native is None:
+            return None
         source_tail, origin, transaction_id = context
         try:
             value: bytes | None = _native.encode_envelope(
-                self.value_header, None, after, native.row, OP_CREATE, self.source_head, lsn, source_tail, False,
+                self.value_header, None, after, native.row, OP_CREATE, self.source_head, lsn, source_tail, snapshot,
                 origin, transaction_id, total_order, collection_order)
             if value is None:
                 return None
@@ -312,6 +345,49 @@ class TablePlan:
         except (*_ROW_ERRORS, Unrepresentable):
             return None
         return None if key is None else (key, value)
+
+    def kernel_change(self, op: str, old: TupleData | None, new: TupleData | None, lsn: int,
+                      context: tuple[bytes, bytes, bytes], total_order: int, collection_order: int,
+                      snapshot: bool) -> list[OutRecord] | None:
+        """A row change's records written by the compiled kernel alone, as ``ChangeEncoder.encode_row``
+        lays them out (an update that changed the key: the old key's tombstone first; a keyed
+        delete: its tombstone after), with the same bytes ``envelope`` and ``required_key`` give.
+        ``None`` hands the change to that Python path: no kernel, a bad value it names, an
+        unrepresentable one it records, a key column missing or left to an unchanged TOAST value.
+        ``old`` is the old image Postgres sent (``None`` for an insert, an update without one)."""
+        native = self.native
+        if native is None:
+            return None
+        source_tail, origin, transaction_id = context
+        before, after, code = (old, new, OP_UPDATE) if op == "u" else (old, None, OP_DELETE)
+        topic = self.topic
+        if op == "c":
+            written = None if new is None else self.kernel_insert(new, lsn, context, total_order, collection_order,
+                                                                  snapshot)
+            return None if written is None else [OutRecord(topic, written[0], written[1])]
+        try:
+            value: bytes | None = _native.encode_envelope(
+                self.value_header, before, after, native.row, code, self.source_head, lsn, source_tail, snapshot,
+                origin, transaction_id, total_order, collection_order)
+            if value is None:
+                return None
+            if not self.key_indexes:
+                return [OutRecord(topic, None, value)]
+            key: bytes | None = _native.encode_key(self.key_header, old if op == "d" else new, native.key)
+            if key is None:
+                return None
+            if op == "u" and old is None:
+                return [OutRecord(topic, key, value)]
+            if op == "d":
+                return [OutRecord(topic, key, value), OutRecord(topic, key, None)]
+            old_key: bytes | None = _native.encode_key(self.key_header, old, native.key)
+        except (*_ROW_ERRORS, Unrepresentable):
+            return None
+        if old_key is None:
+            return None
+        if old_key == key:
+            return [OutRecord(topic, key, value)]
+        return [OutRecord(topic, old_key, None), OutRecord(topic, key, value)]
 
 
 def _text_of(exc: Unrepresentable) -> str:

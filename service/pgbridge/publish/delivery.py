@@ -119,6 +119,13 @@ class Deliveries:
                           describe, headers)
         return record_bytes(record)
 
+    def produce_to(self, delivery: Delivery, topic: str, key: bytes | None, value: bytes,
+                   describe: Describe) -> None:
+        """One record in ``delivery``'s unit without a record object (the insert lane's)."""
+        publisher = self._publisher
+        publisher.topics.ensure(topic)
+        publisher.produce(topic, key, value, delivery.callback, delivery.unit, self._idle, describe)
+
     def produce_all(self, delivery: Delivery, records: Sequence[OutRecord], describe: Describe) -> int:
         """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""
         return self._publisher.produce_all(records, delivery.callback, delivery.unit, self._idle, describe)

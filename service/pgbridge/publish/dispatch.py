@@ -56,7 +56,6 @@ from pgbridge.publish.outbox import OutboxRouter
 from pgbridge.publish.oversize import Describe, RecordOrigin, row_key_text
 from pgbridge.publish.routing import PublishFilter, row_records
 from pgbridge.publish.transactions import Position
-from pgbridge.slotted import slot_setters
 from pgbridge.source.monitor import HEARTBEAT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -105,11 +104,9 @@ class _TableTally:
 class OpenTransaction:
     """Per-transaction state of the row path; one ``EventContext`` serves every change of it.
 
-    The context's order fields are advanced in place through their slot descriptors (checked
-    below), because building a frozen dataclass per row was ~5% of the bridge's CPU. The encoder
-    reads a context only during the call it is passed to, so one instance per transaction is
-    safe; metric counts are kept here, one dict look-up a row, and added to Prometheus once per
-    transaction.
+    ``next_context`` is the one rule of the envelope's order numbers: it advances the total order
+    and the table's collection order, in the context (mutable for this) and the tallies. Metric
+    counts are kept here, one dict look-up a row, and added to Prometheus once per transaction.
     """
 
     begin: TxBegin
@@ -149,17 +146,13 @@ class OpenTransaction:
         if tally is not None:
             order = tally.order = tally.order + 1
         context = self.context
-        _set_total_order(context, self.total_order)
-        _set_collection_order(context, order)
+        context.total_order = self.total_order
+        context.collection_order = order
         return context
 
     def per_table(self) -> dict[str, int]:
         """Events per table, in order of each table's first event (the END record's counts)."""
         return {table: tally.order for table, tally in self.tables.items()}
-
-
-_set_total_order, _set_collection_order = slot_setters(EventContext, "total_order", "collection_order",
-                                                         exhaustive=False)
 
 
 class Dispatcher:
@@ -197,10 +190,10 @@ class Dispatcher:
 
     def lane_transaction(self) -> OpenTransaction | None:
         """The open transaction when its inserts need only encoding and producing, for the session's
-        insert lane (``pgbridge/lane.py``), which then keeps its orders and tallies as ``_row`` does:
+        insert lane (``pgbridge/lane.py``), which then keeps its orders and tallies as ``row`` does:
         not with an outbox or skipped inserts, nor while a transaction already whole in Kafka is
         skipped or one committed in parts resumes (exactly-once); the lane splits a huge
-        transaction as ``_row`` does (``split_if_due``)."""
+        transaction as ``row`` does (``split_if_due``)."""
         tx = self._tx
         if (tx is None or self._skipped is not None or self.outbox is not None or tx.skip_through
                 or (self._skipped_ops is not None and "c" in self._skipped_ops)):
@@ -208,9 +201,9 @@ class Dispatcher:
         return tx
 
     def lane_produce(self, tx: OpenTransaction, topic: str, key: bytes | None, value: bytes,
-                     describe: Describe) -> int:
-        """The insert lane's record, in the open transaction's unit; its bytes."""
-        return self._deliveries.produce_all(tx.delivery, (OutRecord(topic, key, value),), describe)
+                     describe: Describe) -> None:
+        """The insert lane's record, in the open transaction's unit."""
+        self._deliveries.produce_to(tx.delivery, topic, key, value, describe)
 
     def _produce(self, record: OutRecord, tx: OpenTransaction) -> int:
         return self._deliveries.produce(tx.delivery, record, self._other_origin)
@@ -234,7 +227,7 @@ class Dispatcher:
     # -- events ------------------------------------------------------------------------------------
     def handle(self, event: AssembledEvent) -> None:
         if type(event) is RowChange:  # the hot path first
-            self._row(event)
+            self.row(event)
         elif isinstance(event, TxBegin):
             self._begin(event)
         elif self._skipped is not None:
@@ -251,7 +244,10 @@ class Dispatcher:
         elif isinstance(event, StandaloneMessage):
             self._standalone(event)
 
-    def _row(self, event: RowChange) -> None:
+    def row(self, event: RowChange) -> None:
+        """A row change of the open transaction (the streaming loop hands a plain transaction's rows
+        here directly, ``handle`` every other): the one place a row takes its place in the
+        transaction's order and tallies, is encoded and produced in the transaction's unit."""
         tx = self._tx
         if tx is None:
             if self._skipped is not None:  # exactly-once: already whole in Kafka
@@ -268,8 +264,8 @@ class Dispatcher:
         if skipped_ops is not None and event.op in skipped_ops:
             self._skip_row(event, table, tx)
             return
-        tally = tx.tally(table)
-        if tx.already_in_kafka():
+        tally = tx.tables.get(table) or tx.tally(table)
+        if tx.skip_through and tx.already_in_kafka():
             tx.next_context(tally)
             return
         records = encoder.encode_row(event, tx.next_context(tally))
