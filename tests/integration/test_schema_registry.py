@@ -155,8 +155,11 @@ def test_a_registry_outage_mid_stream_is_retried_and_loses_nothing(pg_dsn: str, 
     # given: streaming, with the first schema of the table registered
     run_sql(pg_dsn, TABLE)
     topic = f"{topic_prefix}.public.items"
+    # The hang is the condition, not its length: each request gives up after 3 s (default 10 s), so
+    # the failure is logged and retried sooner.
     with start_registry() as registry, \
-            BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, registry.url)).start() as bridge:
+            BridgeProcess({**_env(pg_dsn, kafka_broker, topic_prefix, registry.url),
+                           "PGBRIDGE_SCHEMA_REGISTRY__TIMEOUT_S": "3"}).start() as bridge:
         wait_until(lambda: _slot_exists(pg_dsn, topic_prefix), timeout=60, message=f"no slot: {bridge.log()}")
         run_sql(pg_dsn, "INSERT INTO items VALUES (1, 10, 'one')")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
