@@ -263,17 +263,22 @@ def conformer(writer: AvroSchema, target: DataType) -> Convert:
 
 
 def record_conformer(record: Mapping[str, Any], target: StructType) -> Convert:
-    """A record value → a dict with exactly ``target``'s fields (missing ones null)."""
+    """A record value → a dict with exactly ``target``'s fields (missing ones null). A field the
+    writer has under one of the target field's ``aliases`` (a renamed column) fills it."""
     by_name = {f["name"]: f for f in record["fields"]}
-    plan: list[tuple[str, Convert | None]] = []
+    plan: list[tuple[str, str, Convert | None]] = []
     for field in target.fields:
-        source = by_name.get(field.name)
-        plan.append((field.name, None if source is None else conformer(source["type"], field.dataType)))
+        names = [field.name, *field.metadata.get("aliases", [])]
+        source = next((by_name[n] for n in names if n in by_name), None)
+        if source is None:
+            plan.append((field.name, field.name, None))
+        else:
+            plan.append((field.name, source["name"], conformer(source["type"], field.dataType)))
 
     def convert(raw: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
-        for name, fit in plan:
-            value = raw.get(name) if fit is not None else None
+        for name, written, fit in plan:
+            value = raw.get(written) if fit is not None else None
             out[name] = None if value is None or fit is None else fit(value)
         return out
     return convert
@@ -345,16 +350,18 @@ def decode_boundaries(texts: Mapping[str, str], values: Iterable[bytes]) -> Iter
 
 
 def _arrow_decoder(texts: Mapping[str, str], row_type: StructType, key_type: StructType | None,
-                   out_type: StructType, timezone: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function: only JSON texts are captured, so it pickles small."""
+                   out_type: StructType, timezone: str) -> Callable[[Iterable[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function: only JSON texts are captured, so it pickles small. Timestamps
+    go to Arrow as UTC instants (pyspark 4.1's ``to_arrow_schema``), which Spark reads back as the
+    same instants whatever ``timezone`` the session has."""
     texts = dict(texts)
     row_json, key_json, out_json = row_type.json(), key_type.json() if key_type else None, out_type.json()
 
-    def decode(batches: Iterator[Any]) -> Iterator[Any]:
+    def decode(batches: Iterable[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow_schema = to_arrow_schema(StructType.fromJson(json.loads(out_json)), timezone=timezone)
+        arrow_schema = to_arrow_schema(StructType.fromJson(json.loads(out_json)), timestamp_utc=True)
         decoder = ChangeDecoder(texts, StructType.fromJson(json.loads(row_json)),
                                 StructType.fromJson(json.loads(key_json)) if key_json else None)
         for batch in batches:

@@ -1,34 +1,69 @@
-"""How a table's changes merge into its mirror: pure DataFrame plans, no I/O (``mirror`` writes).
+"""How a table's changes become one Delta ``MERGE``: pure DataFrame plans, no I/O (``delta`` runs them).
 
-A keyed table keeps, per key, the entry at the highest ``(commit_lsn, total_order)``; a table
-without key columns is a multiset of rows. Both honour truncates, columns dropped and added again
-(``_reset_dropped``) and, for keyed tables, TOAST columns an update left unchanged.
+A keyed table keeps, per key, the entry at the highest ``(commit_lsn, total_order)``. The batch is
+first reduced to that last entry per key (``reduce_keyed``): a delete, a key-changing update (its
+``before`` carries the old key: a delete there) or an upsert, with the TOAST columns that no change
+of the batch sent still marked, so that the ``MERGE`` keeps the target's value for them. The
+``MERGE`` then touches only the batch's keys: work in proportion to the changes, not the table.
+Its ``WHEN MATCHED`` clauses apply an entry only if it is newer than the stored row, so an older
+change that arrives late (another partition) cannot undo a newer one.
+
+A table without key columns is a multiset of rows (``keyless_source``): per distinct row value
+touched by the batch, the copies the table holds now plus the inserts minus the deletes; the
+``MERGE`` deletes the stored copies of those values and inserts the new count.
+
+Both honour truncates (rows positioned before one go: ``WHEN NOT MATCHED BY SOURCE``), and columns
+dropped and added again within the batch (``_reset_dropped``).
 
 Values a typed column cannot hold (the envelope's ``unrepresentable`` map: ``infinity`` dates,
 ``NaN`` numerics, arrays of several dimensions...) are null in their column and kept in the
 mirror's map column ``_pgbridge_unrepresentable`` (column name → exact Postgres text). Inside a
-merge each column's text travels as a hidden companion column beside it, so it follows the
+plan each column's text travels as a hidden companion column beside it, so it follows the
 column's value through every rule above (a map cannot be grouped or carried per column).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 COMMIT_LSN_COLUMN: Final = "_pgbridge_commit_lsn"
 TOTAL_ORDER_COLUMN: Final = "_pgbridge_total_order"
 UNREPRESENTABLE_COLUMN: Final = "_pgbridge_unrepresentable"
 UNREPRESENTABLE_MIRROR_TYPE: Final = MapType(StringType(), StringType(), True)
+PGBRIDGE_PREFIX: Final = "_pgbridge_"
+
+# Columns of a reduced batch beside the row's own (prefixed: a table may have a column ``op``)
+LSN: Final = "_pgbridge_s_lsn"
+ORDER: Final = "_pgbridge_s_order"
+DELETED: Final = "_pgbridge_s_deleted"
+TOAST: Final = "_pgbridge_s_toast"  # columns whose stored value the row keeps (unchanged TOAST)
+MATCH: Final = "_pgbridge_s_match"  # keyless: a row that deletes stored copies (else: one to insert)
+
+Position = tuple[int, int]
 
 
-def _text(index: int) -> str:
+def text_column(index: int) -> str:
     """The hidden companion column holding the unrepresentable text of the row type's field ``index``."""
     return f"_pgbridge_text_{index}"
+
+
+def quoted(name: str, alias: str | None = None) -> str:
+    escaped = "`" + name.replace("`", "``") + "`"
+    return f"{alias}.{escaped}" if alias else escaped
 
 
 def _fields_of(image: str, row_type: StructType) -> list[Column]:
@@ -37,42 +72,12 @@ def _fields_of(image: str, row_type: StructType) -> list[Column]:
     out = []
     for i, f in enumerate(row_type.fields):
         out.append(F.col(image).getField(f.name).alias(f.name))
-        out.append(F.col("unrepresentable").getItem(f"{image}.{f.name}").alias(_text(i)))
+        out.append(F.col("unrepresentable").getItem(f"{image}.{f.name}").alias(text_column(i)))
     return out
 
 
-def _stored_fields(existing: DataFrame, row_type: StructType) -> list[Column]:
-    """The columns of the stored mirror, each followed by its text from ``_pgbridge_unrepresentable``
-    (absent from mirrors written before it: no texts)."""
-    out = []
-    for i, f in enumerate(row_type.fields):
-        out.append(F.col(f"`{f.name}`"))
-        text = (F.col(UNREPRESENTABLE_COLUMN).getItem(f.name) if UNREPRESENTABLE_COLUMN in existing.columns
-                else F.lit(None).cast("string"))
-        out.append(text.alias(_text(i)))
-    return out
-
-
-def _with_texts(row_type: StructType) -> list[str]:
-    return [name for i, f in enumerate(row_type.fields) for name in (f.name, _text(i))]
-
-
-def _collapse_texts(row_type: StructType) -> Column:
-    """The companions back into ``_pgbridge_unrepresentable`` (null when no column needs one)."""
-    if not row_type.fields:
-        return F.lit(None).cast(UNREPRESENTABLE_MIRROR_TYPE).alias(UNREPRESENTABLE_COLUMN)
-    entries = F.array(*[F.struct(F.lit(f.name).alias("key"), F.col(_text(i)).alias("value"))
-                        for i, f in enumerate(row_type.fields)])
-    texts = F.map_from_entries(F.filter(entries, lambda e: e.getField("value").isNotNull()))
-    return F.when(F.size(texts) > 0, texts).cast(UNREPRESENTABLE_MIRROR_TYPE).alias(UNREPRESENTABLE_COLUMN)
-
-
-def _output(row_type: StructType, lsn: str, order: str) -> list[Column]:
-    return [*[F.col(f"`{f.name}`") for f in row_type.fields], _collapse_texts(row_type),
-            F.col(lsn).alias(COMMIT_LSN_COLUMN), F.col(order).alias(TOTAL_ORDER_COLUMN)]
-
-
-Position = tuple[int, int]
+def _before(lsn: int, order: int, lsn_col: str = LSN, order_col: str = ORDER) -> Column:
+    return (F.col(lsn_col) < lsn) | ((F.col(lsn_col) == lsn) & (F.col(order_col) < order))
 
 
 def _reset_dropped(entries: DataFrame, row_type: StructType, resets: Mapping[str, Position]) -> DataFrame:
@@ -80,79 +85,262 @@ def _reset_dropped(entries: DataFrame, row_type: StructType, resets: Mapping[str
     was in use there, so ``c`` was dropped after them (and maybe added again since)."""
     if not resets:
         return entries
-    columns = {c: F.col(f"`{c}`") for c in entries.columns}
+    columns = {c: F.col(quoted(c)) for c in entries.columns}
     for i, f in enumerate(row_type.fields):
         if f.name in resets:
-            lsn, order = resets[f.name]
-            before = (F.col("commit_lsn") < lsn) | ((F.col("commit_lsn") == lsn) & (F.col("total_order") < order))
+            before = _before(*resets[f.name])
             columns[f.name] = F.when(before, F.lit(None).cast(f.dataType)).otherwise(columns[f.name]).alias(f.name)
-            columns[_text(i)] = F.when(before, F.lit(None).cast("string")).otherwise(
-                columns[_text(i)]).alias(_text(i))
+            columns[text_column(i)] = F.when(before, F.lit(None).cast("string")).otherwise(
+                columns[text_column(i)]).alias(text_column(i))
     return entries.select(*columns.values())
 
 
-def merge_keyed(existing: DataFrame, changes: DataFrame, row_type: StructType, key_fields: Sequence[str],
-                truncate: tuple[int, int] | None, with_toast: bool,
-                resets: Mapping[str, Position] | None = None) -> DataFrame:
-    """The table after ``changes``: per key the entry at the highest position wins, a delete
-    removes the key, a truncate drops everything positioned before it.
+def _after_truncate(entries: DataFrame, truncate: Position | None) -> DataFrame:
+    return entries if truncate is None else entries.where(~_before(*truncate))
 
-    An update that changes the key (its ``before`` has the old key) also deletes the old key. With
-    ``with_toast``, a column that an update left as unchanged TOAST keeps its previous value.
+
+def reduce_keyed(changes: DataFrame, row_type: StructType, key_fields: Sequence[str], truncate: Position | None,
+                 with_toast: bool, resets: Mapping[str, Position] | None = None) -> DataFrame:
+    """One entry per key: the change at the highest position (after the truncate, if any).
+
+    Columns: the row's, each with its text companion, then ``LSN``, ``ORDER``, ``DELETED`` and
+    ``TOAST``. An update that changes the key also yields a delete of the old key. With
+    ``with_toast``, a column an update left as unchanged TOAST takes the value of the key's last
+    earlier change in the batch that sent it; if none did, it is listed in ``TOAST`` and the
+    ``MERGE`` keeps the stored value.
     """
     names = [f.name for f in row_type.fields]
-    meta = ["commit_lsn", "total_order", "_deleted", "_rank", "_toast"]
-    texts = [_text(i) for i in range(len(names))]
     no_toast = F.array().cast("array<string>")
     upserts = changes.where("op IN ('c', 'r', 'u')").select(
-        *_fields_of("after", row_type), "commit_lsn", "total_order", F.lit(False).alias("_deleted"),
-        F.lit(1).alias("_rank"), F.col("unchanged_toast_columns").alias("_toast"))
-    same_key = " AND ".join(f"before.`{k}` <=> after.`{k}`" for k in key_fields) or "true"
+        *_fields_of("after", row_type), F.col("commit_lsn").alias(LSN), F.col("total_order").alias(ORDER),
+        F.lit(False).alias(DELETED), F.col("unchanged_toast_columns").alias(TOAST))
+    same_key = " AND ".join(f"before.{quoted(k)} <=> after.{quoted(k)}" for k in key_fields) or "true"
     deletes = changes.where(f"op = 'd' OR (op = 'u' AND before IS NOT NULL AND NOT ({same_key}))").select(
-        *_fields_of("before", row_type), "commit_lsn", "total_order", F.lit(True).alias("_deleted"),
-        F.lit(1).alias("_rank"), no_toast.alias("_toast"))
-    current = existing.select(*_stored_fields(existing, row_type), F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
-                              F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(False).alias("_deleted"),
-                              F.lit(0).alias("_rank"), no_toast.alias("_toast"))
-    entries = _reset_dropped(current.unionByName(upserts), row_type, resets or {}).unionByName(deletes)
-    if truncate is not None:
-        lsn, order = truncate
-        entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
-                                                               & (F.col("total_order") >= order)))
-    keys = [F.col(f"`{k}`") for k in key_fields]
+        *_fields_of("before", row_type), F.col("commit_lsn").alias(LSN), F.col("total_order").alias(ORDER),
+        F.lit(True).alias(DELETED), no_toast.alias(TOAST))
+    entries = _after_truncate(_reset_dropped(upserts, row_type, resets or {}).unionByName(deletes), truncate)
+    keys = [F.col(quoted(k)) for k in key_fields]
     if with_toast:
-        history = (Window.partitionBy(*keys).orderBy("commit_lsn", "total_order", "_rank")
+        history = (Window.partitionBy(*keys).orderBy(LSN, ORDER)
                    .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        filled = []
-        for n, t in zip(names, texts, strict=True):
-            sent = F.when(~F.array_contains("_toast", n), F.struct(F.col(f"`{n}`").alias("v"), F.col(t).alias("t")))
+        filled: list[Column] = []
+        unresolved: list[Column] = []
+        for i, n in enumerate(names):
+            sent = F.when(~F.array_contains(TOAST, n), F.struct(F.col(quoted(n)).alias("v"),
+                                                                 F.col(text_column(i)).alias("t")))
             last = F.last(sent, ignorenulls=True).over(history)
-            filled += [last.getField("v").alias(n), last.getField("t").alias(t)]
-        entries = entries.select(*filled, *meta)
-    latest = Window.partitionBy(*keys).orderBy(F.desc("commit_lsn"), F.desc("total_order"), F.desc("_rank"))
-    return (entries.withColumn("_n", F.row_number().over(latest)).where("_n = 1 AND NOT _deleted")
-            .select(*_output(row_type, "commit_lsn", "total_order")))
+            filled += [last.getField("v").alias(n), last.getField("t").alias(text_column(i))]
+            unresolved.append(F.when(last.isNull(), F.lit(n)))
+        still = F.filter(F.array(*unresolved), lambda c: c.isNotNull()) if unresolved else no_toast
+        entries = entries.select(*filled, LSN, ORDER, DELETED, still.alias(TOAST))
+    else:
+        entries = entries.withColumn(TOAST, no_toast)
+    latest = Window.partitionBy(*keys).orderBy(F.desc(LSN), F.desc(ORDER), F.desc(DELETED))
+    return entries.withColumn("_pgbridge_n", F.row_number().over(latest)).where("_pgbridge_n = 1").drop("_pgbridge_n")
 
 
-def merge_keyless(existing: DataFrame, changes: DataFrame, row_type: StructType,
-                  truncate: tuple[int, int] | None, resets: Mapping[str, Position] | None = None) -> DataFrame:
-    """A table without key columns (REPLICA IDENTITY FULL) as a multiset of rows: inserts add a
-    row, deletes remove one equal to ``before``, updates do both. Counting commutes, so only the
-    truncate needs positions."""
-    columns = _with_texts(row_type)
-    adds = changes.where("op IN ('c', 'r', 'u')").select(*_fields_of("after", row_type), "commit_lsn",
-                                                         "total_order", F.lit(1).alias("_n"))
+def _collapse_texts(row_type: StructType, text: Sequence[Column]) -> Column:
+    """Per-column texts back into ``_pgbridge_unrepresentable`` (null when no column needs one)."""
+    if not row_type.fields:
+        return F.lit(None).cast(UNREPRESENTABLE_MIRROR_TYPE)
+    entries = F.array(*[F.struct(F.lit(f.name).alias("key"), t.alias("value"))
+                        for f, t in zip(row_type.fields, text, strict=True)])
+    texts = F.map_from_entries(F.filter(entries, lambda e: e.getField("value").isNotNull()))
+    return F.when(F.size(texts) > 0, texts).cast(UNREPRESENTABLE_MIRROR_TYPE)
+
+
+def mirror_rows(source: DataFrame, row_type: StructType, keyed: bool) -> DataFrame:
+    """The mirror's rows from a ``MERGE`` source (a table's first write: nothing stored to merge with)."""
+    texts = [F.col(text_column(i)) for i in range(len(row_type.fields))]
+    return source.where(~F.col(DELETED) if keyed else ~F.col(MATCH)).select(
+        *[F.col(quoted(f.name)) for f in row_type.fields], _collapse_texts(row_type, texts).alias(UNREPRESENTABLE_COLUMN),
+        F.col(LSN).alias(COMMIT_LSN_COLUMN), F.col(ORDER).alias(TOTAL_ORDER_COLUMN))
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """What ``delta.merge`` hands to ``DeltaTable.merge``: SQL expressions over aliases ``t`` and ``s``."""
+
+    condition: str
+    delete_when: str | None  # WHEN MATCHED AND ... THEN DELETE
+    update_when: str | None  # WHEN MATCHED AND ... THEN UPDATE SET update
+    update: Mapping[str, Column]
+    insert_when: str  # WHEN NOT MATCHED AND ... THEN INSERT insert
+    insert: Mapping[str, Column]
+    truncate_before: Position | None  # WHEN NOT MATCHED BY SOURCE AND position < this THEN DELETE
+    truncate_update: Mapping[str, Column] | None = None  # ... THEN UPDATE SET this instead (history)
+
+
+def _newer() -> str:
+    t_lsn, t_order = quoted(COMMIT_LSN_COLUMN, "t"), quoted(TOTAL_ORDER_COLUMN, "t")
+    return f"(s.{LSN} > {t_lsn} OR (s.{LSN} = {t_lsn} AND s.{ORDER} > {t_order}))"
+
+
+def keyed_plan(row_type: StructType, key_fields: Sequence[str], truncate: Position | None) -> MergePlan:
+    """The ``MERGE`` of ``reduce_keyed`` entries: newer entries win; unresolved TOAST keeps the target's."""
+    condition = " AND ".join(f"{quoted(k, 't')} = {quoted(k, 's')}" for k in key_fields)
+    kept = [F.array_contains(F.col(f"s.{TOAST}"), f.name) for f in row_type.fields]
+    update = {quoted(f.name): F.when(keep, F.col(quoted(f.name, "t"))).otherwise(F.col(quoted(f.name, "s")))
+              for f, keep in zip(row_type.fields, kept, strict=True)}
+    texts = [F.when(keep, F.col(quoted(UNREPRESENTABLE_COLUMN, "t")).getItem(f.name))
+             .otherwise(F.col(f"s.{text_column(i)}")) for i, (f, keep) in enumerate(zip(row_type.fields, kept, strict=True))]
+    positions = {quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}")}
+    update |= {quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts), **positions}
+    insert_texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+              quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, insert_texts), **positions}
+    return MergePlan(condition=condition, delete_when=f"s.{DELETED} AND {_newer()}",
+                     update_when=f"NOT s.{DELETED} AND {_newer()}", update=update,
+                     insert_when=f"NOT s.{DELETED}", insert=insert, truncate_before=truncate)
+
+
+def _identity(row_type: StructType) -> list[str]:
+    """A keyless row's identity: every column and its text."""
+    return [name for i, f in enumerate(row_type.fields) for name in (f.name, text_column(i))]
+
+
+def keyless_source(stored: DataFrame, changes: DataFrame, row_type: StructType, truncate: Position | None,
+                   resets: Mapping[str, Position] | None = None) -> DataFrame:
+    """The ``MERGE`` source of a table without key columns (REPLICA IDENTITY FULL), a multiset.
+
+    For each distinct row value the batch inserts or deletes: one ``MATCH`` row (it deletes the
+    stored copies), and as many copies to insert as the table then holds (stored copies positioned
+    after the truncate + inserts - deletes). ``stored`` is the table as it is (column + text
+    companions + positions, ``stored_entries``).
+    """
+    identity = _identity(row_type)
+    adds = changes.where("op IN ('c', 'r', 'u')").select(*_fields_of("after", row_type), F.col("commit_lsn").alias(LSN),
+                                                         F.col("total_order").alias(ORDER), F.lit(1).alias("_n"))
     removes = changes.where("op IN ('u', 'd') AND before IS NOT NULL").select(
-        *_fields_of("before", row_type), "commit_lsn", "total_order", F.lit(-1).alias("_n"))
-    current = existing.select(*_stored_fields(existing, row_type), F.col(COMMIT_LSN_COLUMN).alias("commit_lsn"),
-                              F.col(TOTAL_ORDER_COLUMN).alias("total_order"), F.lit(1).alias("_n"))
-    entries = _reset_dropped(current.unionByName(adds), row_type, resets or {}).unionByName(
-        _reset_dropped(removes, row_type, resets or {}))
-    if truncate is not None:
-        lsn, order = truncate
-        entries = entries.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn)
-                                                               & (F.col("total_order") >= order)))
-    grouped = entries.groupBy(*[F.col(f"`{c}`") for c in columns]).agg(
-        F.sum("_n").alias("_n"), F.max(F.struct("commit_lsn", "total_order")).alias("_p"))
-    return (grouped.where("_n > 0").withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_n").cast("int"))))
-            .select(*_output(row_type, "_p.commit_lsn", "_p.total_order")))
+        *_fields_of("before", row_type), F.col("commit_lsn").alias(LSN), F.col("total_order").alias(ORDER),
+        F.lit(-1).alias("_n"))
+    entries = _after_truncate(_reset_dropped(adds, row_type, resets or {}).unionByName(
+        _reset_dropped(removes, row_type, resets or {})), truncate)
+    touched = entries.select(*[quoted(c) for c in identity]).distinct()
+    on = [F.col(quoted(c, "e")).eqNullSafe(F.col(quoted(c, "v"))) for c in identity]
+    condition = on[0] if on else F.lit(True)
+    for c in on[1:]:
+        condition = condition & c
+    current = _after_truncate(stored, truncate).alias("e").join(F.broadcast(touched.alias("v")), condition, "left_semi")
+    counted = current.select(*[quoted(c) for c in identity], LSN, ORDER, F.lit(1).alias("_n")).unionByName(entries)
+    grouped = counted.groupBy(*[F.col(quoted(c)) for c in identity]).agg(
+        F.sum("_n").alias("_n"), F.max(F.struct(LSN, ORDER)).alias("_p"))
+    copies = (grouped.where("_n > 0").withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_n").cast("int"))))
+              .select(*[quoted(c) for c in identity], F.col(f"_p.{LSN}").alias(LSN),
+                      F.col(f"_p.{ORDER}").alias(ORDER), F.lit(False).alias(MATCH)))
+    matches = touched.select("*", F.lit(0).cast("long").alias(LSN), F.lit(0).cast("long").alias(ORDER),
+                             F.lit(True).alias(MATCH))
+    return matches.unionByName(copies)
+
+
+def stored_entries(table: DataFrame, row_type: StructType) -> DataFrame:
+    """The stored mirror as keyless entries: each column, its text, the position."""
+    columns: list[Column] = []
+    for i, f in enumerate(row_type.fields):
+        columns.append(F.col(quoted(f.name)))
+        columns.append(F.col(UNREPRESENTABLE_COLUMN).getItem(f.name).alias(text_column(i)))
+    return table.select(*columns, F.col(COMMIT_LSN_COLUMN).alias(LSN), F.col(TOTAL_ORDER_COLUMN).alias(ORDER))
+
+
+def keyless_plan(row_type: StructType, truncate: Position | None) -> MergePlan:
+    """The ``MERGE`` of ``keyless_source``: matched copies go, the new count is inserted."""
+    same = [f"{quoted(f.name, 't')} <=> {quoted(f.name, 's')} AND "
+            f"{quoted(UNREPRESENTABLE_COLUMN, 't')}[{_sql_string(f.name)}] <=> s.{text_column(i)}"
+            for i, f in enumerate(row_type.fields)]
+    condition = " AND ".join([f"s.{MATCH}", *same])
+    texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+              quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts),
+              quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}")}
+    return MergePlan(condition=condition, delete_when="true", update_when=None, update={},
+                     insert_when=f"NOT s.{MATCH}", insert=insert, truncate_before=truncate)
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# --- history (SCD type 2) --------------------------------------------------------------------------
+
+VALID_FROM: Final = "_pgbridge_valid_from"
+VALID_FROM_LSN: Final = "_pgbridge_valid_from_lsn"
+VALID_TO: Final = "_pgbridge_valid_to"
+VALID_TO_LSN: Final = "_pgbridge_valid_to_lsn"
+CURRENT: Final = "_pgbridge_current"
+CLOSE: Final = "_pgbridge_s_close"  # a source row that closes the key's current version
+TIME: Final = "_pgbridge_s_time"
+
+
+def history_source(changes: DataFrame, row_type: StructType, key_fields: Sequence[str],
+                   truncate: Position | None) -> DataFrame:
+    """The ``MERGE`` source of a history table (SCD type 2) of a keyed table.
+
+    Every insert or update of the batch is a version of its key, valid from its commit (time and
+    LSN) to the key's next change in the batch (an update or a delete), current if there is none;
+    and per key one ``CLOSE`` row, at the key's first change in the batch, which ends the stored
+    current version. A column left as unchanged TOAST takes the key's last earlier value in the
+    batch (else it is null: the stored version keeps it).
+    """
+    names = [f.name for f in row_type.fields]
+    time = F.col("source.ts_us").alias(TIME)
+    upserts = changes.where("op IN ('c', 'r', 'u')").select(
+        *_fields_of("after", row_type), F.col("commit_lsn").alias(LSN), F.col("total_order").alias(ORDER), time,
+        F.lit(False).alias(DELETED), F.col("unchanged_toast_columns").alias(TOAST))
+    same_key = " AND ".join(f"before.{quoted(k)} <=> after.{quoted(k)}" for k in key_fields) or "true"
+    deletes = changes.where(f"op = 'd' OR (op = 'u' AND before IS NOT NULL AND NOT ({same_key}))").select(
+        *_fields_of("before", row_type), F.col("commit_lsn").alias(LSN), F.col("total_order").alias(ORDER), time,
+        F.lit(True).alias(DELETED), F.array().cast("array<string>").alias(TOAST))
+    entries = _after_truncate(upserts.unionByName(deletes), truncate)
+    keys = [F.col(quoted(k)) for k in key_fields]
+    order = Window.partitionBy(*keys).orderBy(LSN, ORDER, DELETED)
+    history = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    filled: list[Column] = []
+    for i, n in enumerate(names):
+        sent = F.when(~F.array_contains(TOAST, n), F.struct(F.col(quoted(n)).alias("v"), F.col(text_column(i)).alias("t")))
+        last = F.last(sent, ignorenulls=True).over(history)
+        filled += [last.getField("v").alias(n), last.getField("t").alias(text_column(i))]
+    nxt = F.lead(F.struct(LSN, TIME), 1).over(order)
+    first = F.first(F.struct(LSN, ORDER, TIME)).over(order.rowsBetween(Window.unboundedPreceding,
+                                                                         Window.unboundedFollowing))
+    timed = entries.select(*filled, LSN, ORDER, TIME, DELETED, nxt.alias("_next"), first.alias("_first"))
+    versions = timed.where(~F.col(DELETED)).select(
+        *[quoted(c) for c in _identity(row_type)], LSN, ORDER, TIME,
+        F.col(f"_next.{LSN}").alias(VALID_TO_LSN), F.col(f"_next.{TIME}").alias("_to"), F.lit(False).alias(CLOSE))
+    closes = (timed.where(F.col(LSN) == F.col(f"_first.{LSN}")).where(F.col(ORDER) == F.col(f"_first.{ORDER}"))
+              .select(*[F.col(quoted(k)) for k in key_fields],
+                      *[F.lit(None).cast(f.dataType).alias(f.name) for f in row_type.fields if f.name not in key_fields],
+                      *[F.lit(None).cast("string").alias(text_column(i)) for i in range(len(names))],
+                      LSN, ORDER, TIME, F.lit(None).cast("long").alias(VALID_TO_LSN), F.lit(None).cast("long").alias("_to"),
+                      F.lit(True).alias(CLOSE)))
+    return versions.unionByName(closes)
+
+
+def _micros_to_timestamp(column: Column) -> Column:
+    return F.timestamp_micros(column)
+
+
+HISTORY_FIELDS: Final = (
+    StructField(VALID_FROM, TimestampType(), True), StructField(VALID_FROM_LSN, LongType(), True),
+    StructField(VALID_TO, TimestampType(), True), StructField(VALID_TO_LSN, LongType(), True),
+    StructField(CURRENT, BooleanType(), True))
+
+
+def history_plan(row_type: StructType, key_fields: Sequence[str], truncate: Position | None,
+                 truncate_time: int | None) -> MergePlan:
+    """Close the stored current version of every key the batch changes (if the change is newer),
+    insert the batch's versions; a truncate closes every current version positioned before it."""
+    condition = " AND ".join([f"s.{CLOSE}", f"t.{CURRENT}", *(f"{quoted(k, 't')} = {quoted(k, 's')}" for k in key_fields)])
+    update = {VALID_TO_LSN: F.col(f"s.{LSN}"), VALID_TO: _micros_to_timestamp(F.col(f"s.{TIME}")),
+              CURRENT: F.lit(False)}
+    texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+              quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts),
+              quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}"),
+              VALID_FROM: _micros_to_timestamp(F.col(f"s.{TIME}")), VALID_FROM_LSN: F.col(f"s.{LSN}"),
+              VALID_TO: _micros_to_timestamp(F.col("s._to")), VALID_TO_LSN: F.col(f"s.{VALID_TO_LSN}"),
+              CURRENT: F.col(f"s.{VALID_TO_LSN}").isNull()}
+    return MergePlan(condition=condition, delete_when=None, update_when=_newer(), update=update,
+                     insert_when=f"NOT s.{CLOSE}", insert=insert, truncate_before=truncate,
+                     truncate_update={VALID_TO_LSN: F.lit(truncate[0] if truncate else None).cast("long"),
+                                      VALID_TO: _micros_to_timestamp(F.lit(truncate_time).cast("long")),
+                                      CURRENT: F.lit(False)} if truncate else None)

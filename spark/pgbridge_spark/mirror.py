@@ -1,4 +1,4 @@
-"""The mirror job: pgbridge table topics → one Parquet copy per table (or a changelog), on Spark.
+"""The mirror job: pgbridge table topics → one Delta Lake table per Postgres table (or a changelog), on Spark.
 
 ::
 
@@ -7,45 +7,46 @@
       {prefix}.transactions (consistent)         │
                                                  ▼
                 decode per table into its latest row type (from_avro | mapInArrow)
-                                                 │  drop what was applied (progress per partition)
-                                                 ▼
+                                                 │  drop what was applied (progress per partition,
+                                                 ▼  from the table's last Delta commit)
                               [consistent] cut = last commit LSN with every event read
                                                  │
-                     mirror: merge into the table (per key, last position wins)  | changelog: append
+       mirror: reduce to the last change per key, one MERGE  | history: SCD 2 | changelog: append
                                                  ▼
-                     {output}/{schema}.{table}/  (Parquet + _pgbridge_state.json, swapped in whole)
+                     {output}/{schema}.{table}   (Delta: one idempotent commit per table and batch)
 
-Idempotence. The table directory and its progress file are replaced together (written to a
-staging directory, then renamed), and a change at or below the stored per-partition position is
-dropped, so a micro-batch replayed after a crash, or a duplicate re-published by pgbridge, changes
-nothing. Spark's checkpoint holds the Kafka offsets.
+Exactly once (``delta``): each table's commit carries ``txnAppId`` / ``txnVersion`` (this job, the
+batch id), so Delta skips a replayed micro-batch, and its ``userMetadata`` the per-partition
+positions applied, so records pgbridge re-published after a crash are dropped. Spark's checkpoint
+holds the Kafka offsets. ``--output`` and ``--checkpoint`` are Hadoop filesystem URIs or paths;
+nothing is kept anywhere else.
 
 Run it: ``python -m pgbridge_spark.mirror --bootstrap-servers HOST:9092 --prefix pgbridge
 --output /data/mirror --checkpoint /data/checkpoints/mirror`` (or the same arguments after
-``spark-submit --packages ... spark/pgbridge_spark/mirror.py``); ``--help`` lists the options. Run
-with ``python -m``, the session asks Spark for spark-sql-kafka and spark-avro itself
-(``spark.jars.packages``, at the installed pyspark's version) unless ``--no-packages``.
+``spark-submit ... mirror.py``); ``--help`` lists the options.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
-import shutil
+import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
+from pgbridge_spark import delta
 from pgbridge_spark.decode import (
     SchemaCatalog,
     decode_boundaries,
@@ -53,36 +54,47 @@ from pgbridge_spark.decode import (
     python_change_frame,
     schema_id_of,
 )
-from pgbridge_spark.jvm_decode import JvmDecodeUnavailable, jvm_change_frame, require_spark_avro
+from pgbridge_spark.evolution import plan_schema, table_schema
+from pgbridge_spark.jvm_decode import (
+    JvmDecodeUnavailable,
+    MissingSparkAvro,
+    jvm_change_frame,
+    require_spark_avro,
+)
 from pgbridge_spark.kafka import read_schema_topic, refuse_multi_table, table_topic_pattern, topic_name
 from pgbridge_spark.merge import (
     COMMIT_LSN_COLUMN,
+    HISTORY_FIELDS,
     TOTAL_ORDER_COLUMN,
     UNREPRESENTABLE_COLUMN,
     UNREPRESENTABLE_MIRROR_TYPE,
     Position,
-    merge_keyed,
-    merge_keyless,
+    history_plan,
+    history_source,
+    keyed_plan,
+    keyless_plan,
+    keyless_source,
+    mirror_rows,
+    reduce_keyed,
+    stored_entries,
 )
-from pgbridge_spark.progress import (
-    ConsistentProgress,
-    TableProgress,
-    TransactionEnd,
-    consistent_cut,
-    new_changes_condition,
-    read_json,
-    write_atomically,
-)
+from pgbridge_spark.packages import MissingJars
+from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
-from pgbridge_spark.source import kafka_stream
+from pgbridge_spark.session import apply_job_defaults, build_session, shuffle_partitions
+from pgbridge_spark.source import MissingKafkaSource, kafka_stream
 
 log = logging.getLogger("pgbridge_spark.mirror")
 
-STATE_FILE: Final = "_pgbridge_state.json"
 CONTROL_DIR: Final = "_pgbridge"
+PENDING: Final = f"{CONTROL_DIR}/pending"
+MODES: Final = ("mirror", "changelog")
 DECODERS: Final = ("jvm", "python")
 DEFAULT_DECODER: Final = "jvm"
 _HEADER: Final = "CASE WHEN substring({c}, 1, 1) = X'00' THEN substring({c}, 1, 5) ELSE substring({c}, 1, 10) END"
+POSITION_FIELDS: Final = (StructField(UNREPRESENTABLE_COLUMN, UNREPRESENTABLE_MIRROR_TYPE, True),
+                          StructField(COMMIT_LSN_COLUMN, LongType(), True),
+                          StructField(TOTAL_ORDER_COLUMN, LongType(), True))
 
 
 @dataclass
@@ -102,12 +114,17 @@ class MirrorConfig:
     # The topics come from pgbridge's kafka.exactly_once: read_committed sees no duplicate, so the
     # per-batch duplicate filter (a shuffle) is skipped.
     exactly_once: bool = False
+    history: bool = False  # mirror mode: keep every version of a keyed table's rows (SCD type 2)
+    compact_every: int = 0  # OPTIMIZE the tables a batch touched every N batches (0: never)
+    retention_hours: float | None = None  # VACUUM after compaction, keeping this many hours of files
 
     def __post_init__(self) -> None:
-        if self.mode not in ("mirror", "changelog"):
-            raise ValueError(f"mode must be mirror or changelog, not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
         if self.decoder not in DECODERS:
             raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
+        if self.history and self.mode != "mirror":
+            raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
 
     @property
     def transactions_topic(self) -> str:
@@ -116,6 +133,11 @@ class MirrorConfig:
     def table_topics(self) -> list[str]:
         return [topic_name(self.prefix, *t.split(".", 1)) for t in self.tables]
 
+    @property
+    def app_id(self) -> str:
+        """Delta's ``txnAppId`` of this job: one per checkpoint (a new checkpoint numbers batches anew)."""
+        return "pgbridge-mirror-" + hashlib.sha256(self.checkpoint.rstrip("/").encode()).hexdigest()[:16]
+
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -123,81 +145,32 @@ class BatchResult:
 
     batch_id: int
     cut: int | None  # consistent mode: every transaction with commit LSN <= cut is applied
-    tables: Mapping[str, str]  # "schema.table" → its directory, for tables this batch changed
+    tables: Mapping[str, str]  # "schema.table" → its Delta table URI, for tables this batch changed
     applied_count: int
+    seconds: float = 0.0  # wall time of the micro-batch's work (foreachBatch)
 
 
 BatchHook = Callable[[int, BatchResult], None]
-
-
-# --- directories ---------------------------------------------------------------------------------
-
-
-def swap_in(staging: Path, target: Path) -> None:
-    """Replace ``target`` by ``staging`` with two renames; ``recover`` finishes an interrupted swap."""
-    old = target.parent / f".{target.name}.old"
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
-        os.rename(target, old)
-    os.rename(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def recover(output: Path) -> None:
-    """Undo what a crash mid-swap left: a missing table whose old copy is still there comes back;
-    staging directories are dropped."""
-    if not output.exists():
-        return
-    for entry in output.iterdir():
-        if entry.name.startswith(".") and entry.name.endswith(".old"):
-            target = output / entry.name[1:-len(".old")]
-            if target.exists():
-                shutil.rmtree(entry)
-            else:
-                os.rename(entry, target)
-        elif entry.name.startswith(".staging-"):
-            shutil.rmtree(entry, ignore_errors=True)
-    control = output / CONTROL_DIR
-    if control.exists():
-        recover(control)
-
-
-# --- the per-batch work --------------------------------------------------------------------------
-
-
-def _with_positions(row_type: StructType) -> StructType:
-    return StructType([*row_type.fields, StructField(UNREPRESENTABLE_COLUMN, UNREPRESENTABLE_MIRROR_TYPE, True),
-                       StructField(COMMIT_LSN_COLUMN, LongType(), False),
-                       StructField(TOTAL_ORDER_COLUMN, LongType(), False)])
-
-
-def _project(df: DataFrame, source_type: StructType | None, row_type: StructType) -> list[Column]:
-    """Columns of ``row_type`` from ``df`` (stored with ``source_type``): new ones null, retyped
-    ones converted where Spark can (``try_cast``), dropped ones gone."""
-    have = {f.name: f.dataType for f in (source_type.fields if source_type else [])}
-    out = []
-    for f in row_type.fields:
-        if f.name not in have:
-            out.append(F.lit(None).cast(f.dataType).alias(f.name))
-        elif have[f.name] == f.dataType:
-            out.append(F.col(f"`{f.name}`"))
-        else:
-            out.append(F.col(f"`{f.name}`").try_cast(f.dataType).alias(f.name))
-    return out
 
 
 @dataclass
 class _TableBatch:
     topic: str
     name: str  # "schema.table" as in the topic (sanitised)
-    directory: Path
+    path: str
     progress: TableProgress
     row_type: StructType
     key_type: StructType | None
     schema_id: str
     cached: DataFrame  # decoded, not applied before, duplicates dropped (persisted)
     changes: DataFrame  # ``cached`` as far as this batch applies it (consistent mode: up to the cut)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
 
 class MirrorJob:
@@ -211,12 +184,13 @@ class MirrorJob:
         self.spark = spark
         self.config = config
         self.on_batch = on_batch
-        self.output = Path(config.output)
         self.catalog = SchemaCatalog(
             load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.kafka_options),
             registry_url=config.schema_registry_url)
         self._key_ids: dict[str, str] = {}
         self._texts: Mapping[str, str] = {}
+        # the job's progress per table URI as last committed (read from the table's history once)
+        self._progress: dict[str, TableProgress] = {}
         # table micro-batches decoded per decoder ("jvm" / "python"): the Python decoder also takes
         # what from_avro cannot decode exactly, and this says how often that happened
         self.decoder_counts: Counter[str] = Counter()
@@ -232,7 +206,7 @@ class MirrorJob:
         if not topics:
             pattern = table_topic_pattern(config.prefix)
             if config.consistent:
-                pattern = rf"{_escape(config.transactions_topic)}|{pattern}"
+                pattern = rf"{re.escape(config.transactions_topic)}|{pattern}"
         return kafka_stream(self.spark, config.bootstrap_servers, topics=topics, pattern=pattern,
                             max_offsets_per_trigger=config.max_offsets_per_trigger,
                             kafka_options=config.kafka_options)
@@ -240,7 +214,9 @@ class MirrorJob:
     def start(self, *, available_now: bool = False) -> StreamingQuery:
         if self.config.decoder == "jvm":
             require_spark_avro(self.spark)
-        recover(self.output)
+        delta.require_delta(self.spark)
+        apply_job_defaults(self.spark)
+        self._progress.clear()
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
                   .option("checkpointLocation", self.config.checkpoint)
                   .queryName(f"pgbridge-mirror-{self.config.prefix}"))
@@ -253,71 +229,97 @@ class MirrorJob:
     # -- one micro-batch -------------------------------------------------------------------------
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
-        config = self.config
+        spark = batch.sparkSession
+        started = time.monotonic()
         raw = batch.select("key", "value", "topic", "partition", "offset").where("value IS NOT NULL")
-        pending_dir = self.output / CONTROL_DIR / "pending"
-        consistent = ConsistentProgress.from_json(read_json(self.output / CONTROL_DIR / "consistent.json", "{}"))
-        if config.consistent and pending_dir.exists():
-            pending = self.spark.read.schema(raw.schema).parquet(str(pending_dir))
+        pending_path = delta.table_uri(self.config.output, PENDING)
+        cut_before, pending_done = 0, False
+        if self.config.consistent and delta.is_table(spark, pending_path):
+            found = delta.last_progress(spark, pending_path)
+            if found is not None:
+                cut_before = found[0].cut or 0
+                pending_done = found[0].applied(self.config.app_id, batch_id)
+            pending = spark.read.format("delta").load(pending_path)
             raw = raw.unionByName(pending).dropDuplicates(["topic", "partition", "offset"])
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
         raw = raw.persist()
         try:
-            self._process(raw, batch_id, consistent, pending_dir)
+            result = self._process(spark, raw, batch_id, cut_before, pending_done)
         finally:
             raw.unpersist()
+        result = replace(result, seconds=time.monotonic() - started)
+        log.info("micro-batch %d: %d changes applied to %d tables in %.2f s", batch_id, result.applied_count,
+                 len(result.tables), result.seconds)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, result)
 
-    def _process(self, raw: DataFrame, batch_id: int, consistent: ConsistentProgress, pending_dir: Path) -> None:
+    def _process(self, spark: SparkSession, raw: DataFrame, batch_id: int, cut_before: int,
+                 pending_done: bool) -> BatchResult:
         config = self.config
         headers = (raw.select("topic", "partition", "offset", F.expr(_HEADER.format(c="key")).alias("kh"),
                               F.expr(_HEADER.format(c="value")).alias("vh"))
-                   .groupBy("topic", "kh", "vh").agg(F.max("offset").alias("last"),
+                   .groupBy("topic", "kh", "vh").agg(F.max("offset").alias("last"), F.count(F.lit(1)).alias("n"),
                                                      F.max(F.struct("offset", "partition")).alias("_"))
                    .collect())
+        records = sum(int(r["n"]) for r in headers)
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(shuffle_partitions(records, spark.sparkContext.defaultParallelism)))
         by_topic: dict[str, list[Any]] = {}
         for row in headers:
             by_topic.setdefault(row["topic"], []).append(row)
         texts = self.catalog.texts({i for row in headers for i in (header_schema_id(row["kh"]),
                                                                    header_schema_id(row["vh"])) if i})
-        tables = [self._table_batch(raw, topic, rows, texts) for topic, rows in sorted(by_topic.items())
+        self._texts = texts
+        tables = [self._table_batch(spark, raw, topic, rows, texts) for topic, rows in sorted(by_topic.items())
                   if topic != config.transactions_topic]
         cut = None
         boundaries: list[tuple[int, int, int]] = []
         if config.consistent:
-            cut, boundaries = self._cut(raw, tables, texts, consistent)
+            cut, boundaries = self._cut(raw, tables, texts, cut_before)
             for table in tables:
-                table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
+                table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
         applied: dict[str, str] = {}
         count = 0
-        self._texts = texts
-        for i, table in enumerate(tables):
-            stats = self._stats(table)
-            positions = self._schema_positions(stats)
-            newest = max(positions, key=lambda k: positions[k]) if positions else None
-            if newest is not None and newest != table.schema_id:
-                table.cached.unpersist()
-                table = tables[i] = self._table_batch(raw, table.topic, by_topic[table.topic], texts,
-                                                      schema_id=newest)
-                if cut is not None:
-                    table.changes = table.cached.where(f"transaction IS NULL OR commit_lsn <= {cut}")
+        try:
+            for i, table in enumerate(tables):
                 stats = self._stats(table)
-            n = self._apply(table, batch_id, stats, self._resets(table, positions))
-            if n:
-                applied[table.name] = str(table.directory)
-                count += n
-        if config.consistent:
-            assert cut is not None
-            self._keep_pending(raw, tables, cut, boundaries, pending_dir)
-            write_atomically(self.output / CONTROL_DIR / "consistent.json", ConsistentProgress(cut).to_json())
-        for table in tables:
-            table.cached.unpersist()
-        if self.on_batch is not None:
-            self.on_batch(batch_id, BatchResult(batch_id, cut, applied, count))
+                positions = self._schema_positions(stats)
+                newest = max(positions, key=lambda k: positions[k]) if positions else None
+                if newest is not None and newest != table.schema_id:
+                    table.cached.unpersist()
+                    table = tables[i] = self._table_batch(spark, raw, table.topic, by_topic[table.topic], texts,
+                                                          schema_id=newest)
+                    if cut is not None:
+                        table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
+                    stats = self._stats(table)
+                n = self._apply(spark, table, batch_id, stats, self._resets(table, positions), cut)
+                if n:
+                    applied[table.name] = table.path
+                    count += n
+            if config.consistent and not pending_done:
+                assert cut is not None
+                self._keep_pending(spark, raw, tables, cut, boundaries, batch_id)
+        except Exception:
+            self._progress.clear()  # what was committed is read back from the tables
+            raise
+        finally:
+            for table in tables:
+                table.cached.unpersist()
+        self._upkeep(spark, applied, batch_id)
+        return BatchResult(batch_id, cut, applied, count)
 
-    def _table_batch(self, raw: DataFrame, topic: str, headers: list[Any], texts: Mapping[str, str],
-                     schema_id: str | None = None) -> _TableBatch:
+    def _load_progress(self, spark: SparkSession, path: str) -> TableProgress:
+        if path not in self._progress:
+            found = delta.last_progress(spark, path) if delta.is_table(spark, path) else None
+            self._progress[path] = found[0] if found is not None else TableProgress()
+        stored = self._progress[path]
+        return TableProgress.from_metadata(stored.to_metadata())  # a copy: advanced before it is committed
+
+    def _table_batch(self, spark: SparkSession, raw: DataFrame, topic: str, headers: list[Any],
+                     texts: Mapping[str, str], schema_id: str | None = None) -> _TableBatch:
         name = topic[len(self.config.prefix) + 1:]
-        directory = self.output / name
-        progress = TableProgress.from_json(read_json(directory / STATE_FILE, "{}"))
+        path = delta.table_uri(self.config.output, name)
+        progress = self._load_progress(spark, path)
         if schema_id is None:
             newest = max(headers, key=lambda r: (r["_"]["offset"], r["_"]["partition"]))
             schema_id = header_schema_id(newest["vh"])
@@ -334,16 +336,18 @@ class MirrorJob:
         if topic in self._key_ids:
             key_type = record_to_struct(resolve_named(json.loads(texts[self._key_ids[topic]])))
         records = raw.where(F.col("topic") == topic).select("topic", "partition", "offset", "key", "value")
-        decoded = self._decode(records, headers, texts, (schema_id, row_type), (self._key_ids.get(topic), key_type))
-        fresh = decoded.where(new_changes_condition(progress))
-        if self.config.exactly_once:
-            changes = fresh.persist()
-        else:
-            changes = (fresh.where("transaction IS NOT NULL").dropDuplicates(["commit_lsn", "total_order"])
-                       .unionByName(fresh.where("transaction IS NULL"))).persist()
-        return _TableBatch(topic, name, directory, progress, row_type, key_type, schema_id, changes, changes)
+        decoded = self._decode(spark, records, headers, texts, (schema_id, row_type),
+                               (self._key_ids.get(topic), key_type))
+        if not self.config.exactly_once:
+            decoded = (decoded.where("transaction IS NOT NULL").dropDuplicates(["commit_lsn", "total_order"])
+                       .unionByName(decoded.where("transaction IS NULL")))
+        cached = decoded.persist()
+        # ``cached`` keeps what was applied before (consistent mode counts a transaction's events
+        # over all of them); ``changes`` is only what is new to this table
+        changes = cached.where(new_changes_condition(progress))
+        return _TableBatch(topic, name, path, progress, row_type, key_type, schema_id, cached, changes)
 
-    def _decode(self, records: DataFrame, headers: list[Any], texts: Mapping[str, str],
+    def _decode(self, spark: SparkSession, records: DataFrame, headers: list[Any], texts: Mapping[str, str],
                 value: tuple[str, StructType], key: tuple[str | None, StructType | None]) -> DataFrame:
         """Decoded change rows of one topic, by the configured decoder; the Python decoder takes
         a batch ``from_avro`` cannot decode exactly (``jvm_decode`` says when)."""
@@ -360,7 +364,7 @@ class MirrorJob:
             except JvmDecodeUnavailable as exc:
                 log.info("Python decoder for this micro-batch: %s", exc)
         self.decoder_counts["python"] += 1
-        timezone = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        timezone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         return python_change_frame(records, texts=texts, row_type=row_type, key_type=key_type, out_type=out_type,
                                    timezone=timezone)
 
@@ -372,6 +376,7 @@ class MirrorJob:
                 .agg(F.count(F.lit(1)).alias("n"),
                      F.max(F.struct("commit_lsn", "total_order")).alias("top"),
                      F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "total_order"))).alias("truncate"),
+                     F.max(F.when(F.col("op") == "t", F.col("source.ts_us"))).alias("truncate_time"),
                      F.max(F.size("unchanged_toast_columns")).alias("toast"))
                 .collect())
 
@@ -387,18 +392,19 @@ class MirrorJob:
         return out
 
     def _resets(self, table: _TableBatch, positions: Mapping[str, Position]) -> dict[str, Position]:
-        """Per mirrored column, the highest position written by a schema without it (see
-        ``_reset_dropped``)."""
+        """Per mirrored column, the highest position written by a schema without it (nor a name
+        it was renamed from): the column was dropped after that position."""
         resets: dict[str, Position] = {}
         for schema_id, position in positions.items():
             present = {f.name for f in EnvelopeSchema.parse(self._texts[schema_id]).row_type.fields}
             for f in table.row_type.fields:
-                if f.name not in present and position > resets.get(f.name, (-1, -1)):
+                names = {f.name, *f.metadata.get("aliases", [])}
+                if not names & present and position > resets.get(f.name, (-1, -1)):
                     resets[f.name] = position
         return resets
 
     def _cut(self, raw: DataFrame, tables: list[_TableBatch], texts: Mapping[str, str],
-             consistent: ConsistentProgress) -> tuple[int, list[tuple[int, int, int]]]:
+             cut_before: int) -> tuple[int, list[tuple[int, int, int]]]:
         """The new cut, and ``(partition, offset, commit_lsn)`` of every boundary record read."""
         records = (raw.where(F.col("topic") == self.config.transactions_topic)
                    .select("partition", "offset", "value").collect())
@@ -407,32 +413,39 @@ class MirrorJob:
                                                  for c in b["data_collections"] or []})
                 for b in decoded if b["status"] == "END"]
         counts: dict[tuple[int, str], int] = {}
-        for table in tables:
-            for row in (table.cached.where("transaction IS NOT NULL")
-                        .groupBy("commit_lsn", "source.schema", "source.table").count().collect()):
+        if tables:
+            per_table = [t.cached.where("transaction IS NOT NULL").select("commit_lsn", "source.schema", "source.table")
+                         for t in tables]
+            for row in _union(per_table).groupBy("commit_lsn", "schema", "table").count().collect():
                 counts[(row["commit_lsn"], f"{row['schema']}.{row['table']}")] = row["count"]
         mirrored = set(self.config.tables) or None
-        cut = consistent_cut(consistent.cut, ends, counts, mirrored)
+        cut = consistent_cut(cut_before, ends, counts, mirrored)
         return cut, [(r["partition"], r["offset"], b["commit_lsn"]) for r, b in zip(records, decoded, strict=True)]
 
-    def _keep_pending(self, raw: DataFrame, tables: list[_TableBatch], cut: int,
-                      boundaries: list[tuple[int, int, int]], pending_dir: Path) -> None:
-        """Records past the cut wait in ``_pgbridge/pending`` (raw, so a later schema still applies)."""
+    def _keep_pending(self, spark: SparkSession, raw: DataFrame, tables: list[_TableBatch], cut: int,
+                      boundaries: list[tuple[int, int, int]], batch_id: int) -> None:
+        """Records past the cut wait in the Delta table ``_pgbridge/pending`` (raw, so a later
+        schema still applies); its commit records the cut, which is where ``read_consistent`` looks."""
         coordinates = StructType([StructField("topic", raw.schema["topic"].dataType, False),
                                   StructField("partition", IntegerType(), False),
                                   StructField("offset", LongType(), False)])
         keep = [t.cached.where(f"transaction IS NOT NULL AND commit_lsn > {cut}").select("topic", "partition", "offset")
                 for t in tables]
-        keep.append(self.spark.createDataFrame(
+        keep.append(spark.createDataFrame(
             [(self.config.transactions_topic, p, o) for p, o, lsn in boundaries if lsn > cut], coordinates))
         kept = raw.join(_union(keep), ["topic", "partition", "offset"], "left_semi")
-        staging = pending_dir.parent / f".staging-pending-{os.getpid()}"
-        kept.select("key", "value", "topic", "partition", "offset").write.mode("overwrite").parquet(str(staging))
-        swap_in(staging, pending_dir)
+        progress = TableProgress(app=self.config.app_id, batch=batch_id, cut=cut)
+        delta.append(kept.select("key", "value", "topic", "partition", "offset"),
+                     delta.table_uri(self.config.output, PENDING), self.config.app_id, batch_id,
+                     progress.to_metadata(), mode="overwrite")
 
-    def _apply(self, table: _TableBatch, batch_id: int, stats: list[Any], resets: Mapping[str, Position]) -> int:
+    def _apply(self, spark: SparkSession, table: _TableBatch, batch_id: int, stats: list[Any],
+               resets: Mapping[str, Position], cut: int | None) -> int:
         count = sum(int(r["n"]) for r in stats)
         if not count:
+            return 0
+        if table.progress.applied(self.config.app_id, batch_id):
+            log.info("%s: micro-batch %d was committed before (replayed), skipped", table.name, batch_id)
             return 0
         partition_max: dict[int, Position] = {}
         for r in stats:
@@ -440,93 +453,88 @@ class MirrorJob:
             partition_max[r["partition"]] = max(position, partition_max.get(r["partition"], position))
         truncates = [(r["truncate"]["commit_lsn"], r["truncate"]["total_order"]) for r in stats if r["truncate"]]
         truncate = max(truncates) if truncates else None
-        progress = table.progress
-        if self.config.mode == "changelog":
-            table.directory.mkdir(parents=True, exist_ok=True)
-            staging = table.directory / f".staging-{batch_id}"
-            (table.changes.drop("schema_id").orderBy("commit_lsn", "total_order")
-             .write.mode("overwrite").parquet(str(staging)))
-            swap_in(staging, table.directory / f"batch_id={batch_id}")
-        else:
-            staging = self.output / f".staging-{table.name}-{batch_id}"
-            self._write_mirror(table, truncate, any(r["toast"] > 0 for r in stats), resets, staging)
+        truncate_time = max((r["truncate_time"] for r in stats if r["truncate_time"] is not None), default=None)
+        progress = TableProgress.from_metadata(table.progress.to_metadata())
         progress.advance(partition_max, truncate)
-        progress.row_type = table.row_type.json()
         progress.key_fields = [f.name for f in table.key_type.fields] if table.key_type else []
-        progress.schema_id = table.schema_id
+        progress.schema_id, progress.app, progress.batch, progress.cut = table.schema_id, self.config.app_id, batch_id, cut
+        metadata = progress.to_metadata()
         if self.config.mode == "changelog":
-            write_atomically(table.directory / STATE_FILE, progress.to_json())
+            frame = table.changes.drop("schema_id").withColumn("batch_id", F.lit(batch_id).cast("long"))
+            delta.append(frame, table.path, self.config.app_id, batch_id, metadata, options={"mergeSchema": "true"})
         else:
-            write_atomically(staging / STATE_FILE, progress.to_json())
-            swap_in(staging, table.directory)
+            self._write_mirror(spark, table, (truncate, truncate_time), any(r["toast"] > 0 for r in stats), resets,
+                               batch_id, metadata)
+        self._progress[table.path] = progress
         return count
 
-    def _write_mirror(self, table: _TableBatch, truncate: Position | None, with_toast: bool,
-                      resets: Mapping[str, Position], staging: Path) -> None:
-        progress = table.progress
-        stored = StructType.fromJson(json.loads(progress.row_type)) if progress.row_type else None
-        if stored is not None and table.directory.exists():
-            existing = self.spark.read.schema(_with_positions(stored)).parquet(str(table.directory))
+    def _write_mirror(self, spark: SparkSession, table: _TableBatch, truncated: tuple[Position | None, int | None],
+                      with_toast: bool, resets: Mapping[str, Position], batch_id: int, metadata: str) -> None:
+        """One commit: an append into a table with nothing stored yet, else one ``MERGE``."""
+        path, row_type = table.path, table.row_type
+        truncate, truncate_time = truncated
+        history = self.config.history and table.key_type is not None
+        if delta.is_table(spark, path):
+            stored = delta.stored_schema(spark, path)
+            plan = plan_schema(stored, row_type, resets)
+            if not plan.empty:
+                delta.evolve(spark, path, plan, stored)
+            fresh = table.progress.app is None and not history and not delta.has_rows(spark, path)
         else:
-            existing = self.spark.createDataFrame([], _with_positions(stored or table.row_type))
-        existing = existing.select(*_project(existing, stored, table.row_type), UNREPRESENTABLE_COLUMN,
-                                   COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN)
-        if table.key_type is not None:
-            key_fields = [f.name for f in table.key_type.fields]
-            merged = merge_keyed(existing, table.changes, table.row_type, key_fields, truncate, with_toast,
-                                 resets)
+            delta.create_table(spark, path, table_schema(row_type, POSITION_FIELDS + (HISTORY_FIELDS if history else ())))
+            fresh = not history
+        if history:
+            assert table.key_type is not None
+            keys = [f.name for f in table.key_type.fields]
+            source = history_source(table.changes, row_type, keys, truncate)
+            plan_of_merge = history_plan(row_type, keys, truncate, truncate_time)
+        elif table.key_type is not None:
+            keys = [f.name for f in table.key_type.fields]
+            source = reduce_keyed(table.changes, row_type, keys, truncate, with_toast, resets)
+            plan_of_merge = keyed_plan(row_type, keys, truncate)
         else:
-            merged = merge_keyless(existing, table.changes, table.row_type, truncate, resets)
-        merged.write.mode("overwrite").parquet(str(staging))
+            stored_rows = stored_entries(spark.read.format("delta").load(path), row_type)
+            source = keyless_source(stored_rows, table.changes, row_type, truncate, resets)
+            plan_of_merge = keyless_plan(row_type, truncate)
+        if fresh:
+            delta.append(mirror_rows(source, row_type, table.key_type is not None), path, self.config.app_id,
+                         batch_id, metadata)
+        else:
+            with delta.commit_options(spark, self.config.app_id, batch_id, metadata):
+                delta.merge(spark, path, source, plan_of_merge)
 
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
-
-
-def _escape(topic: str) -> str:
-    import re
-    return re.escape(topic)
+    def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:
+        """Files per table after the batch (a log line), and compaction / retention when configured."""
+        config = self.config
+        compact = config.compact_every > 0 and (batch_id + 1) % config.compact_every == 0
+        for name, path in sorted(applied.items()):
+            if compact:
+                delta.compact(spark, path, self._progress[path].to_metadata())
+                if config.retention_hours is not None:
+                    delta.vacuum(spark, path, config.retention_hours)
+            log.info("table %s: %s files after micro-batch %d%s", name, delta.file_count(spark, path), batch_id,
+                     " (compacted)" if compact else "")
 
 
 # --- command line --------------------------------------------------------------------------------
 
 
-def spark_packages(spark_version: str, scala: str = "2.13") -> str:
-    """Maven coordinates of Spark's Kafka source and spark-avro for ``spark_version`` (``--packages``)."""
-    return ",".join(f"org.apache.spark:{name}_{scala}:{spark_version}" for name in ("spark-sql-kafka-0-10", "spark-avro"))
-
-
-def build_session(master: str | None = None, app_name: str = "pgbridge-mirror",
-                  packages: str | None = None) -> SparkSession:
-    """A SparkSession for the job; ``master`` and ``packages`` only when not under spark-submit."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    if packages:
-        builder = builder.config("spark.jars.packages", packages)
-    return builder.getOrCreate()
-
-
 def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="python -m pgbridge_spark.mirror",
-                                     description="Mirror pgbridge table topics into Parquet with Spark.")
+                                     description="Mirror pgbridge table topics into Delta Lake tables with Spark.")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--prefix", default="pgbridge", help="pgbridge kafka.topic_prefix")
-    parser.add_argument("--output", required=True, help="directory with one Parquet directory per table")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location")
-    parser.add_argument("--mode", choices=("mirror", "changelog"), default="mirror")
+    parser.add_argument("--output", required=True,
+                        help="root of the Delta tables, one per table (hdfs://, s3a://, file:/ URI or a path)")
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location (URI or path)")
+    parser.add_argument("--mode", choices=MODES, default="mirror")
     parser.add_argument("--consistent", action="store_true",
                         help="apply whole transactions only (uses {prefix}.transactions)")
     parser.add_argument("--source", choices=("auto", "kafka"), default="kafka",
                         help="kept for existing command lines: Spark's kafka source is the only source")
     parser.add_argument("--no-packages", action="store_true",
-                        help="with python -m: do not ask Spark for spark-sql-kafka and spark-avro "
-                             "(spark.jars.packages), they are on its class path already")
+                        help="with python -m: do not add the pinned jars (spark-sql-kafka, spark-avro, delta-spark) "
+                             "to Spark, they are on its class path already")
     parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
                         help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
     parser.add_argument("--tables", default="", help="comma list schema.table (default: every table topic)")
@@ -535,10 +543,20 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
+    parser.add_argument("--driver-memory", default=None,
+                        help="with python -m: the driver's memory (default 4g, enough for a 10M-row snapshot)")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
+    parser.add_argument("--history", action="store_true",
+                        help="keep every version of each row (SCD type 2: valid from/to, current flag) instead "
+                             "of the current rows only")
+    parser.add_argument("--compact-every", type=int, default=0, metavar="N",
+                        help="compact (OPTIMIZE) the tables a micro-batch changed every N micro-batches (0: never)")
+    parser.add_argument("--retention-hours", type=float, default=None,
+                        help="after each compaction, VACUUM files older than this (Delta refuses < 168 unless "
+                             "spark.databricks.delta.retentionDurationCheck.enabled=false)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="librdkafka / Kafka consumer property (repeatable)")
+                        help="Kafka consumer property (repeatable)")
     args = parser.parse_args(argv)
     options = dict(item.split("=", 1) for item in args.kafka_option)
     config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
@@ -546,21 +564,24 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                           decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
                           schema_registry_url=args.schema_registry_url,
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
-                          kafka_options=options, exactly_once=args.exactly_once)
+                          kafka_options=options, exactly_once=args.exactly_once, history=args.history,
+                          compact_every=args.compact_every,
+                          retention_hours=args.retention_hours)
     return config, args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config, args = parse_args(argv)
-    master = args.master or (None if os.environ.get("SPARK_ENV_LOADED") or "spark.master" in os.environ.get(
-        "PYSPARK_SUBMIT_ARGS", "") else "local[2]")
-    packages = None
-    if master is not None and not args.no_packages:
-        import pyspark
-        packages = spark_packages(pyspark.__version__)
-    spark = build_session(master, packages=packages)
-    query = MirrorJob(spark, config).start(available_now=args.available_now)
+    submitted = bool(os.environ.get("SPARK_ENV_LOADED")) or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    master = args.master or (None if submitted else "local[2]")
+    try:
+        spark = build_session(master, jars=master is not None and not args.no_packages,
+                              **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
+        query = MirrorJob(spark, config).start(available_now=args.available_now)
+    except (MissingJars, delta.MissingDelta, MissingKafkaSource, MissingSparkAvro) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # one line naming the fix, no traceback
+        return 1
     try:
         query.awaitTermination()
     except KeyboardInterrupt:

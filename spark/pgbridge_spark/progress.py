@@ -17,40 +17,50 @@ that prefix leaves the mirror in a state Postgres had.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 Position = tuple[int, int]
 """``(commit_lsn, total_order)``."""
 
 
+METADATA_KEY = "pgbridge"
+
+
 @dataclass
 class TableProgress:
-    """Stored next to each mirrored table (``_pgbridge_state.json``)."""
+    """The job's progress on one table, kept in the ``userMetadata`` of each Delta commit it makes
+    (``delta.last_progress`` reads it back): no file beside the table."""
 
-    row_type: str | None = None  # Spark StructType JSON of the mirrored columns
     key_fields: list[str] = field(default_factory=list)
     schema_id: str | None = None  # writer schema of the newest change applied
     partitions: dict[str, Position] = field(default_factory=dict)  # partition → highest position applied
     truncated_at: Position | None = None
+    app: str | None = None  # the job (its checkpoint) that made the commit
+    batch: int | None = None  # the micro-batch that made it
+    cut: int | None = None  # consistent mode: every transaction with commit LSN <= cut is applied
 
-    def to_json(self) -> str:
-        return json.dumps({"row_type": self.row_type, "key_fields": self.key_fields, "schema_id": self.schema_id,
-                           "partitions": {p: list(v) for p, v in self.partitions.items()},
-                           "truncated_at": list(self.truncated_at) if self.truncated_at else None})
+    def to_metadata(self) -> str:
+        return json.dumps({METADATA_KEY: {
+            "key_fields": self.key_fields, "schema_id": self.schema_id,
+            "partitions": {p: list(v) for p, v in sorted(self.partitions.items())},
+            "truncated_at": list(self.truncated_at) if self.truncated_at else None,
+            "app": self.app, "batch": self.batch, "cut": self.cut}}, sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> TableProgress:
-        raw = json.loads(text)
+    def from_metadata(text: str) -> TableProgress:
+        """Raises ``KeyError`` for metadata some other writer left (not the job's)."""
+        raw = json.loads(text)[METADATA_KEY]
         truncated = raw.get("truncated_at")
-        return TableProgress(row_type=raw.get("row_type"), key_fields=list(raw.get("key_fields") or []),
-                             schema_id=raw.get("schema_id"),
+        return TableProgress(key_fields=list(raw.get("key_fields") or []), schema_id=raw.get("schema_id"),
                              partitions={p: (int(v[0]), int(v[1])) for p, v in (raw.get("partitions") or {}).items()},
-                             truncated_at=(int(truncated[0]), int(truncated[1])) if truncated else None)
+                             truncated_at=(int(truncated[0]), int(truncated[1])) if truncated else None,
+                             app=raw.get("app"), batch=None if raw.get("batch") is None else int(raw["batch"]),
+                             cut=None if raw.get("cut") is None else int(raw["cut"]))
+
+    def applied(self, app: str, batch: int) -> bool:
+        """True if this job already committed micro-batch ``batch`` (or a later one) to the table."""
+        return self.app == app and self.batch is not None and self.batch >= batch
 
     def advance(self, partition_max: Mapping[int, Position], truncate: Position | None) -> None:
         for partition, position in partition_max.items():
@@ -105,35 +115,3 @@ def consistent_cut(cut: int, ends: Iterable[TransactionEnd], read_counts: Mappin
             break
         cut = lsn
     return cut
-
-
-@dataclass
-class ConsistentProgress:
-    """The cut so far (``_pgbridge/consistent.json`` under the output directory)."""
-
-    cut: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps({"cut": self.cut})
-
-    @staticmethod
-    def from_json(text: str) -> ConsistentProgress:
-        return ConsistentProgress(cut=int(json.loads(text).get("cut", 0)))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (no torn state files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_json(path: Path, default: Any) -> Any:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return default

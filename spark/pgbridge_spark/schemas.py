@@ -183,7 +183,8 @@ def record_to_struct(record: Mapping[str, Any]) -> StructType:
     for field in record["fields"]:
         data_type, nullable = avro_to_spark(field["type"])
         fields.append(StructField(field["name"], data_type, nullable,
-                                  metadata={k: field[k] for k in ("pg_type", "pg_name", "pg_text_of") if k in field}))
+                                  metadata={k: field[k] for k in ("pg_type", "pg_name", "pg_text_of", "aliases")
+                                            if k in field}))
     return StructType(fields)
 
 

@@ -43,10 +43,14 @@ def kafka_provider_available(spark: SparkSession) -> bool:
 
 
 def missing_packages_message(spark: SparkSession, what: str, artifact: str) -> str:
-    """What to add to Spark, with the Maven coordinates at the running Spark's version."""
-    return (f"{what} is not on Spark's class path: start Spark with --packages "
-            f"org.apache.spark:{artifact}:{spark.version} (spark-submit, or spark.jars.packages), or put its "
-            "jars in spark.jars (the repository's `python jvm/fetch.py spark` fetches them)")
+    """What to add to Spark: the pinned Maven coordinates (``packages.ARTIFACTS``), or the running
+    Spark's version for an artifact this package does not pin."""
+    from pgbridge_spark.packages import ARTIFACTS
+
+    pinned = next((a.coordinates for a in ARTIFACTS if a.name == artifact), f"org.apache.spark:{artifact}:{spark.version}")
+    return (f"{what} is not on Spark's class path: start Spark with --packages {pinned} (spark-submit, or "
+            "spark.jars.packages), or put its jar in spark.jars (`python -m pgbridge_spark.mirror` finds or fetches "
+            "it itself)")
 
 
 def require_kafka_source(spark: SparkSession) -> None:

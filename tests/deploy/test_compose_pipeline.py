@@ -78,15 +78,19 @@ def test_compose_prometheus_loads_the_alert_rules() -> None:
 
 
 def test_compose_spark_job_submits_the_mirror_with_the_tested_spark_connectors() -> None:
+    from pgbridge_spark.packages import DELTA_SESSION_CONF, IVY_EXCLUDES, SPARK_VERSION, coordinates
+
     options, application, _ = _spark_submit_parts(_spark_command())
-    # the connectors the Spark tests run with (jvm/spark/pom.xml; Maven Central has no 4.3.0 of them)
+    # the jars the Spark tests run with (jvm/spark/pom.xml) are the ones the package pins
     found = re.search(r"<spark.version>([^<]+)</spark.version>", (REPO_ROOT / "jvm" / "spark" / "pom.xml").read_text())
-    assert found is not None
-    version = found.group(1)
+    assert found is not None and found.group(1) == SPARK_VERSION
     packages = set(options["--packages"][0].split(","))
-    assert packages == {f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",
-                        f"org.apache.spark:spark-avro_2.13:{version}"}, (
-        f"--packages must be the Kafka and Avro connectors the tests ran with ({version}, jvm/spark/pom.xml)")
+    assert packages == set(coordinates().split(",")), (
+        "--packages must be the jars the tests ran with (jvm/spark/pom.xml, pgbridge_spark.packages.ARTIFACTS)")
+    confs = dict(value.split("=", 1) for value in options["--conf"])
+    assert set(confs["spark.jars.excludes"].split(",")) == set(IVY_EXCLUDES)
+    for key, value in DELTA_SESSION_CONF.items():
+        assert confs[key] == value, f"Delta Lake needs --conf {key}={value}"
     # the image copies spark/ to /src/spark (deploy/spark/Dockerfile)
     assert application == "/src/spark/pgbridge_spark/mirror.py"
     assert (REPO_ROOT / "spark" / "pgbridge_spark" / "mirror.py").is_file()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
 from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
@@ -47,15 +47,23 @@ def _json_text(value: Any) -> Any:
 COMPANION_SUFFIX = "__text"
 
 
+def read_delta(path: Path | str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows of the Delta table at ``path``, read by the session's Spark (Delta's own
+    reader: deletion vectors and column mapping applied), through Arrow as a Parquet reader gives
+    them (timestamps with their time zone, maps as lists of pairs)."""
+    table = SparkSession.builder.getOrCreate().read.format("delta").load(str(path)).toArrow()
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return table.column_names, rows
+
+
 def mirror_rows(directory: Path) -> tuple[list[str], Counter[tuple[Any, ...]]]:
     """Columns and the multiset of rows of a mirrored table, without the ``_pgbridge_`` positions
     and the ``{column}__text`` companions (asserted null: every test value has its typed form)."""
-    table = pq.read_table(directory)
-    names = set(table.column_names)
-    companions = [c for c in table.column_names
+    column_names, rows = read_delta(directory)
+    names = set(column_names)
+    companions = [c for c in column_names
                   if c.endswith(COMPANION_SUFFIX) and c[:-len(COMPANION_SUFFIX)] in names]
-    columns = [c for c in table.column_names if not c.startswith("_pgbridge_") and c not in companions]
-    rows = table.to_pylist()
+    columns = [c for c in column_names if not c.startswith("_pgbridge_") and c not in companions]
     for companion in companions:
         assert all(row[companion] is None for row in rows), f"{directory.name}.{companion} is not all null"
     return columns, Counter(tuple(_json_text(_normal(row[c])) for c in columns) for row in rows)

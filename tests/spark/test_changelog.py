@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 import pytest
 
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import wait_published
+from tests.spark.mirror_support import read_delta, wait_published
 from tests.spark.test_mirror_end_to_end import republish, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
 
 TABLES = ("public.accounts", "public.events")
 SCHEMA = """
@@ -96,7 +96,7 @@ def streamed_changes() -> dict[str, list[Change]]:
 
 def changelog(output: Path, table: str) -> list[dict[str, Any]]:
     """The changelog of ``schema.table`` (every ``batch_id=N/``), in (commit_lsn, total_order) order."""
-    rows = pq.read_table(output / table).to_pylist()
+    _, rows = read_delta(output / table)
     return sorted(rows, key=lambda r: (r["commit_lsn"], r["total_order"]))
 
 

@@ -24,7 +24,8 @@ from tests.support.broker import Broker, require_transactions
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
 
 
 def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(

@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 import pytest
 
 from pgbridge_spark.merge import UNREPRESENTABLE_COLUMN
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import wait_published
+from tests.spark.mirror_support import read_delta, wait_published
 from tests.spark.test_mirror_end_to_end import run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+# Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
 
 SCHEMA = """
 CREATE TABLE spans (id int PRIMARY KEY, d date, ts timestamptz, n numeric(10,2), a int[], note text, doc text);
@@ -83,7 +83,7 @@ def second_part(dsn: str) -> None:
 
 
 def read_mirror(directory: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = pq.read_table(directory).to_pylist()
+    _, rows = read_delta(directory)
     for row in rows:
         row[UNREPRESENTABLE_COLUMN] = dict(row[UNREPRESENTABLE_COLUMN] or [])
     return rows
@@ -135,7 +135,7 @@ def test_unrepresentable_values_reach_the_changelog_and_the_mirror(
     assert_mirror(tmp_path / "jvm", doc, big_array)
     assert_mirror(tmp_path / "python", doc, big_array)
     # ... and the changelog holds the envelope's map as it was published
-    changes = sorted(pq.read_table(tmp_path / "changelog" / "public.spans").to_pylist(),
+    changes = sorted(read_delta(tmp_path / "changelog" / "public.spans")[1],
                      key=lambda r: (r["commit_lsn"], r["total_order"]))
     seen = [(r["op"], (r["after"] or r["before"])["id"], dict(r["unrepresentable"] or [])) for r in changes]
     assert seen == [

@@ -1,0 +1,209 @@
+"""Per-batch cost of the Delta mirror against table size: 1,000 changes into a 1M- and a 10M-row table.
+
+Starts a throwaway Apache Kafka broker (jars from ``jvm/fetch.py kafka``), writes ``--rows``
+narrow inserts of one keyed table (``id bigint, v int, note text, at timestamptz``, the records
+pgbridge writes: single-object framing, two partitions, ``bench/spark_mirror_throughput.py``'s
+encoder), and runs the mirror job as docs/spark.md says: ``python -m pgbridge_spark.mirror``'s own
+session (``session.build_session``: local[2], the documented driver memory, nothing tuned) and
+``--available-now``. Then, per round, ``--changes`` updates of keys spread evenly over the whole key
+range (every file of the table is in range) go to the topic and the job runs again; and once more
+with nothing new. Reported per table size:
+
+- ``initial_load_s``: the run that mirrors the ``--rows`` inserts (it must not run out of memory);
+- ``batch_s``: the micro-batch's own work (``BatchResult.seconds``: decode, reduce, one MERGE);
+- ``run_s`` / ``empty_run_s``: the whole ``--available-now`` run with the batch / with nothing new
+  (query start, planning, checkpoint), and their difference, what a user waits for the batch;
+- ``fixed_s``: ``batch_s`` of a batch of one change (the cost whatever the batch holds);
+- ``files``: files of the table after the rounds.
+
+    .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
+
+Writes JSON to bench/results/spark-delta-batches.json (and prints it) with the load average before
+and after: the machine may be shared, so read the figures with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service"), str(ROOT / "bench")]
+
+from fastavro import parse_schema, schemaless_writer  # noqa: E402
+from jvm.fetch import classpath, fetch  # noqa: E402
+from spark_mirror_throughput import ENVELOPE, KEY, PREFIX, TABLE_TOPIC  # noqa: E402
+
+from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
+from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header  # noqa: E402
+
+RESULT = ROOT / "bench" / "results" / "spark-delta-batches.json"
+BASE_LSN = 0x1000000
+
+
+def change(i: int, op: str, lsn: int, order: int, v: int) -> dict[str, Any]:
+    row = {"id": i, "v": v, "note": f"row {i}", "at": 1_700_000_000_000_000 + i}
+    return {"before": None, "after": row, "op": op, "unchanged_toast_columns": [], "unrepresentable": None,
+            "source": {"db": "bench", "schema": "public", "table": "narrow", "lsn": lsn + order, "commit_lsn": lsn,
+                       "xid": lsn, "ts_us": 1_700_000_000_000_000, "snapshot": op == "r", "origin": None},
+            "transaction": None if op == "r" else {"id": f"{lsn}:{lsn}", "total_order": order,
+                                                   "data_collection_order": order}}
+
+
+def encoded(changes: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, bytes, bytes]]:
+    value_schema, key_schema = parse_schema(ENVELOPE), parse_schema(KEY)
+    value_header, key_header = single_object_header(fingerprint64(ENVELOPE)), single_object_header(fingerprint64(KEY))
+    for i, envelope in changes:
+        key, value = io.BytesIO(key_header), io.BytesIO(value_header)
+        key.seek(len(key_header))
+        value.seek(len(value_header))
+        schemaless_writer(key, key_schema, {"id": i})
+        schemaless_writer(value, value_schema, envelope)
+        yield i, key.getvalue(), value.getvalue()
+
+
+def produce(bootstrap: str, topic: str, items: Iterator[tuple[int, bytes, bytes]], create: bool) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "acks": "all"})
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():
+            future.result(30)
+        for schema in (ENVELOPE, KEY):
+            producer.produce(f"{PREFIX}._schemas", key=fingerprint_hex(fingerprint64(schema)).encode(),
+                             value=json.dumps(schema).encode())
+    for i, key, value in items:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=i % 2)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records not delivered within 300 s")
+
+
+def snapshot(rows: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    for i in range(rows):
+        yield i, change(i, "r", BASE_LSN, 0, 0)
+
+
+def updates(rows: int, count: int, round_: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``count`` updates in one transaction, keys spread evenly over ``0 .. rows``."""
+    lsn = BASE_LSN + (round_ + 1) * 0x100000
+    step = max(1, rows // count)
+    for n in range(count):
+        i = (n * step + round_ * 7) % rows
+        yield i, change(i, "u", lsn, n + 1, round_ + 1)
+
+
+def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
+    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+
+    config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
+                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",))
+    results: list[Any] = []
+    started = time.monotonic()
+    query = MirrorJob(spark, config, on_batch=lambda _batch_id, result: results.append(result)).start(
+        available_now=True)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return time.monotonic() - started, results
+
+
+def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
+    from pgbridge_spark import delta
+
+    cluster = start_kafka(classpath("kafka"), 1)
+    out = Path(tempfile.mkdtemp(prefix=f"rows-{rows}-", dir=work))
+    try:
+        produce(cluster.bootstrap, TABLE_TOPIC, encoded(snapshot(rows)), create=True)
+        load_s, _ = run(spark, cluster.bootstrap, out)
+        table = str(out / "mirror" / "public.narrow")
+        assert spark.read.format("delta").load(table).count() == rows
+        batch_s, run_s, empty_s = [], [], []
+        for r in range(rounds):
+            produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, r)), create=False)
+            seconds, results = run(spark, cluster.bootstrap, out)
+            run_s.append(seconds)
+            batch_s.append(sum(x.seconds for x in results))
+            assert sum(x.applied_count for x in results) == changes, results
+            seconds, results = run(spark, cluster.bootstrap, out)
+            empty_s.append(seconds)
+        produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, 1, rounds)), create=False)
+        _, results = run(spark, cluster.bootstrap, out)
+        fixed_s = sum(x.seconds for x in results)
+        changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
+        files = delta.file_count(spark, table)
+        return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
+                "batch_s": [round(x, 2) for x in batch_s], "batch_s_median": round(statistics.median(batch_s), 2),
+                "run_s": [round(x, 2) for x in run_s], "empty_run_s": [round(x, 2) for x in empty_s],
+                "run_minus_empty_s_median": round(statistics.median(a - b for a, b in zip(run_s, empty_s,
+                                                                                           strict=True)), 2),
+                "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed, "files": files}
+    finally:
+        cluster.close()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--changes", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=RESULT)
+    args = parser.parse_args()
+
+    from pgbridge_spark.session import build_session
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("pgbridge_spark").setLevel(logging.INFO)
+    load_before = os.getloadavg()
+    os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(fetch("spark")))
+    spark = build_session("local[2]")  # what python -m pgbridge_spark.mirror builds: nothing tuned
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="pgbridge-delta-batches-"))
+    try:
+        sizes = [measure(spark, rows, args.changes, args.rounds, work) for rows in args.rows]
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    import pyspark
+    result: dict[str, Any] = {
+        "benchmark": "Delta mirror: 1,000 spread changes against table size (mirror mode, local[2], untuned)",
+        "command": " ".join([".venv/bin/python", "bench/spark_delta_batches.py", *sys.argv[1:]]),
+        "sizes": sizes, "pyspark": pyspark.__version__,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip(),
+    }
+    if len(sizes) >= 2:
+        result["ratio_largest_to_smallest_batch"] = round(sizes[-1]["batch_s_median"] / sizes[0]["batch_s_median"], 2)
+    text = json.dumps(result, indent=2)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

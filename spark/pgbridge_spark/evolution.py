@@ -1,0 +1,81 @@
+"""What a mirror's Delta table must change before a batch's ``MERGE``: pure, unit-tested alone.
+
+The batch's rows have the table's *latest* row type (``schemas``); the Delta table has the columns
+it was last written with. ``plan_schema`` compares them and says what to do, in this order:
+
+1. **renames**: a column of the row type that the table lacks, whose Avro field carries
+   ``aliases`` naming a column the table has (and the row type no longer has): renamed in place,
+   values kept (Delta column mapping).
+2. **drops**: a column the table has and the row type lacks; and a column that a writer schema
+   without it used within the batch (``resets``: dropped and added again in Postgres, so its old
+   values are gone there too): dropped, and added back as new.
+3. **adds**: columns the table lacks, in the row type's order, after the last mirrored column
+   (before the ``_pgbridge_`` columns), null in every stored row.
+4. **retypes**: a column whose type changed; ``delta`` widens it in place where Delta's type
+   widening allows and rewrites the column with ``try_cast`` otherwise (null where not exact).
+
+Types are compared loosely (nullability and field metadata aside): Delta tables are created with
+every column nullable, since the ``jvm`` decoder cannot prove a field non-null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from pyspark.sql.types import DataType, StructField, StructType
+
+from pgbridge_spark.jvm_decode import loose
+from pgbridge_spark.merge import PGBRIDGE_PREFIX, Position
+
+ALIASES: Final = "aliases"
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    renames: tuple[tuple[str, str], ...] = ()  # (stored name, new name)
+    drops: tuple[str, ...] = ()
+    adds: tuple[StructField, ...] = ()
+    retypes: tuple[tuple[str, DataType], ...] = ()  # (name, new type)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.renames or self.drops or self.adds or self.retypes)
+
+
+def mirrored_columns(stored: StructType) -> list[StructField]:
+    """The stored table's own columns (without the ``_pgbridge_`` ones)."""
+    return [f for f in stored.fields if not f.name.startswith(PGBRIDGE_PREFIX)]
+
+
+def aliases_of(field: StructField) -> list[str]:
+    return [str(a) for a in field.metadata.get(ALIASES, [])]
+
+
+def plan_schema(stored: StructType, row_type: StructType, resets: Mapping[str, Position] | None = None) -> SchemaPlan:
+    """What turns the stored table's columns into ``row_type``'s (see the module docstring)."""
+    wanted = {f.name for f in row_type.fields}
+    names = [f.name for f in mirrored_columns(stored)]
+    types = {f.name: f.dataType for f in mirrored_columns(stored)}
+    renames: list[tuple[str, str]] = []
+    for field in row_type.fields:
+        if field.name in names:
+            continue
+        old = next((a for a in aliases_of(field) if a in names and a not in wanted), None)
+        if old is not None:
+            renames.append((old, field.name))
+            names[names.index(old)] = field.name
+            types[field.name] = types.pop(old)
+    reset = [c for c in (resets or {}) if c in names and c in wanted]
+    drops = [c for c in names if c not in wanted] + reset
+    kept = {c for c in names if c not in drops}
+    adds = tuple(f for f in row_type.fields if f.name not in kept)
+    retypes = tuple((f.name, f.dataType) for f in row_type.fields
+                     if f.name in kept and loose(types[f.name]) != loose(f.dataType))
+    return SchemaPlan(tuple(renames), tuple(drops), adds, retypes)
+
+
+def table_schema(row_type: StructType, extra: Sequence[StructField]) -> StructType:
+    """A new mirror table's schema: the row type's columns, nullable, then ``extra``."""
+    return StructType([StructField(f.name, loose(f.dataType), True) for f in row_type.fields] + list(extra))

@@ -1,0 +1,115 @@
+"""The Delta mirror's pure parts: schema evolution decisions, renames through Avro aliases, the
+progress kept in commit metadata, the version a consistent read takes, the jars' whereabouts and
+the per-batch shuffle size. No Spark session (the reduction per key is tested in
+test_delta_reduction.py, with one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType, StructField, StructType
+
+from pgbridge_spark.decode import record_conformer
+from pgbridge_spark.delta import version_at_cut
+from pgbridge_spark.evolution import plan_schema, table_schema
+from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN
+from pgbridge_spark.packages import ARTIFACTS, Artifact, find_local, missing_message
+from pgbridge_spark.progress import TableProgress
+from pgbridge_spark.schemas import EnvelopeSchema, record_to_struct
+from pgbridge_spark.session import shuffle_partitions
+
+POSITIONS = [StructField(COMMIT_LSN_COLUMN, LongType()), StructField(TOTAL_ORDER_COLUMN, LongType())]
+
+
+def stored(*fields: StructField) -> StructType:
+    return StructType([*fields, *POSITIONS])
+
+
+def test_added_and_dropped_columns_are_planned_in_row_order_without_the_pgbridge_columns() -> None:
+    table = stored(StructField("id", LongType()), StructField("tags", StringType()))
+    row = StructType([StructField("id", LongType(), False), StructField("email", StringType())])
+    plan = plan_schema(table, row)
+    assert plan.drops == ("tags",) and [f.name for f in plan.adds] == ["email"]
+    assert not plan.renames and not plan.retypes
+    assert plan_schema(stored(StructField("id", LongType())), StructType([StructField("id", LongType(), False)])).empty
+
+
+def test_a_column_dropped_and_added_again_within_the_batch_is_dropped_and_added() -> None:
+    table = stored(StructField("id", LongType()), StructField("payload", StringType()))
+    row = StructType([StructField("id", LongType()), StructField("payload", StringType())])
+    plan = plan_schema(table, row, {"payload": (100, 2)})
+    assert plan.drops == ("payload",) and [f.name for f in plan.adds] == ["payload"]
+
+
+def test_a_field_whose_aliases_name_a_stored_column_renames_it_and_keeps_its_type() -> None:
+    renamed = StructField("full_name", StringType(), True, metadata={"aliases": ["name"]})
+    table = stored(StructField("id", LongType()), StructField("name", StringType()))
+    plan = plan_schema(table, StructType([StructField("id", LongType()), renamed]))
+    assert plan.renames == (("name", "full_name"),) and plan.empty is False
+    assert not plan.drops and not plan.adds and not plan.retypes
+    # an alias naming a column the row type still has is no rename (both stay)
+    both = StructType([StructField("id", LongType()), StructField("name", StringType()), renamed])
+    plan = plan_schema(table, both)
+    assert not plan.renames and [f.name for f in plan.adds] == ["full_name"]
+
+
+def test_retyped_columns_are_planned_and_nullability_alone_is_no_change() -> None:
+    table = stored(StructField("id", IntegerType()), StructField("amount", DecimalType(12, 2)))
+    row = StructType([StructField("id", LongType(), False), StructField("amount", DecimalType(12, 2), False)])
+    assert plan_schema(table, row).retypes == (("id", LongType()),)
+    assert [f.nullable for f in table_schema(row, POSITIONS).fields] == [True, True, True, True]
+
+
+def test_old_records_fill_a_renamed_column_through_its_aliases() -> None:
+    writer = {"type": "record", "name": "Value", "fields": [{"name": "id", "type": "long"},
+                                                            {"name": "name", "type": ["null", "string"]}]}
+    reader = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, {"name": "full_name", "type": ["null", "string"], "aliases": ["name"]}]}
+    target = record_to_struct(reader)
+    assert target["full_name"].metadata["aliases"] == ["name"]
+    assert record_conformer(writer, target)({"id": 1, "name": "ann"}) == {"id": 1, "full_name": "ann"}
+
+
+def test_envelope_row_types_keep_the_aliases() -> None:
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "full_name", "type": ["null", "string"], "default": None, "aliases": ["name"]}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None}, {"name": "op", "type": "string"}]}
+    assert EnvelopeSchema.parse(json.dumps(envelope)).row_type["full_name"].metadata["aliases"] == ["name"]
+
+
+def test_progress_travels_in_commit_metadata_and_says_which_batch_it_applied() -> None:
+    progress = TableProgress(key_fields=["id"], schema_id="ab", app="job", batch=7, cut=900)
+    progress.advance({0: (100, 3), 1: (90, 1)}, (80, 1))
+    text = progress.to_metadata()
+    assert json.loads(text)["pgbridge"]["partitions"] == {"0": [100, 3], "1": [90, 1]}
+    assert TableProgress.from_metadata(text) == progress
+    assert progress.applied("job", 7) and progress.applied("job", 6)
+    assert not progress.applied("job", 8) and not progress.applied("other", 7)
+
+
+def test_a_consistent_read_takes_the_newest_version_at_or_below_the_cut() -> None:
+    commits = [(1, 100), (2, 250), (4, 300)]
+    assert version_at_cut(commits, 299) == 2
+    assert version_at_cut(commits, 300) == 4
+    assert version_at_cut(commits, 99) is None
+
+
+def test_jars_are_found_in_the_maven_repository_and_missing_ones_named_with_the_fix(tmp_path: Path) -> None:
+    kafka = next(a for a in ARTIFACTS if a.name.startswith("spark-sql-kafka"))
+    jar = kafka.in_maven(tmp_path / "m2")
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"jar")
+    found = find_local(ARTIFACTS, [], tmp_path / "m2", tmp_path / "ivy")
+    assert found == {kafka: jar}
+    message = missing_message([Artifact("io.delta", "delta-spark_2.13", "4.2.0")], "offline")
+    assert "\n" not in message
+    assert "mvn dependency:get -Dartifact=io.delta:delta-spark_2.13:4.2.0 -Dtransitive=false" in message
+
+
+def test_shuffle_partitions_follow_the_batch_not_sparks_200() -> None:
+    assert shuffle_partitions(1000, 2) == 2
+    assert shuffle_partitions(10_000_000, 2) == 20
+    assert shuffle_partitions(10**12, 2) == 200

@@ -1,0 +1,145 @@
+"""The per-key reduction and the MERGE it feeds, on a real Delta table (local[2]), without Kafka.
+
+Changes are rows of ``schemas.change_type`` as the decoders give them. Each case writes a table,
+merges a batch the way ``MirrorJob`` does (``reduce_keyed`` / ``keyless_source`` → one ``MERGE``)
+and reads the table back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from pgbridge_spark import delta
+from pgbridge_spark.evolution import table_schema
+from pgbridge_spark.merge import (
+    CURRENT,
+    DELETED,
+    HISTORY_FIELDS,
+    LSN,
+    TOAST,
+    VALID_FROM_LSN,
+    VALID_TO_LSN,
+    history_plan,
+    history_source,
+    keyed_plan,
+    keyless_plan,
+    keyless_source,
+    mirror_rows,
+    reduce_keyed,
+    stored_entries,
+)
+from pgbridge_spark.mirror import POSITION_FIELDS
+from pgbridge_spark.schemas import change_type
+
+pytestmark = [pytest.mark.spark]
+
+ROW = StructType([StructField("id", IntegerType()), StructField("v", StringType()), StructField("doc", StringType())])
+KEY = StructType([StructField("id", IntegerType())])
+
+
+def change(op: str, lsn: int, order: int, before: tuple[Any, ...] | None, after: tuple[Any, ...] | None,
+           toast: tuple[str, ...] = (), texts: dict[str, str] | None = None, keyed: bool = True) -> dict[str, Any]:
+    def row(values: tuple[Any, ...] | None) -> dict[str, Any] | None:
+        return None if values is None else dict(zip(("id", "v", "doc"), values, strict=True))
+    image = after or before
+    out: dict[str, Any] = {
+        "topic": "p.public.t", "partition": 0, "offset": lsn * 10 + order, "schema_id": "s", "op": op,
+        "before": row(before), "after": row(after),
+        "source": {"db": "d", "schema": "public", "table": "t", "lsn": lsn, "commit_lsn": lsn, "xid": 1,
+                   "ts_us": 0, "snapshot": False, "origin": None},
+        "transaction": {"id": "1", "total_order": order, "data_collection_order": order},
+        "unchanged_toast_columns": list(toast), "unrepresentable": texts, "commit_lsn": lsn, "total_order": order}
+    if keyed:
+        out["key"] = None if image is None else {"id": image[0]}
+    return out
+
+
+def apply(spark: SparkSession, path: str, changes: list[dict[str, Any]], *, keyed: bool = True,
+          truncate: tuple[int, int] | None = None) -> list[tuple[Any, ...]]:
+    """The table after merging ``changes``: (id, v, doc, unrepresentable texts as sorted pairs)."""
+    frame = spark.createDataFrame(changes, change_type(ROW, KEY if keyed else None))
+    if not delta.is_table(spark, path):
+        delta.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+    with_toast = any(c["unchanged_toast_columns"] for c in changes)
+    if keyed:
+        source = reduce_keyed(frame, ROW, ["id"], truncate, with_toast)
+        plan = keyed_plan(ROW, ["id"], truncate)
+    else:
+        stored = stored_entries(spark.read.format("delta").load(path), ROW)
+        source = keyless_source(stored, frame, ROW, truncate)
+        plan = keyless_plan(ROW, truncate)
+    if delta.file_count(spark, path) == 0:
+        mirror_rows(source, ROW, keyed).write.format("delta").mode("append").save(path)
+    else:
+        delta.merge(spark, path, source, plan)
+    rows = spark.read.format("delta").load(path).collect()
+    return sorted((r["id"], r["v"], r["doc"], tuple(sorted((r["_pgbridge_unrepresentable"] or {}).items())))
+                  for r in rows)
+
+
+def test_the_batch_reduces_to_the_last_change_per_key_with_toast_filled_from_earlier_changes(spark: Any) -> None:
+    frame = spark.createDataFrame([
+        change("c", 10, 1, None, (1, "a", "big")),
+        change("u", 11, 1, None, (1, "b", None), toast=("doc",)),  # doc from the insert before it
+        change("u", 12, 1, None, (2, "x", None), toast=("doc",)),  # doc: nothing in the batch, keep stored
+        change("u", 12, 2, (3, None, None), (4, "moved", "d4")),  # key change: 3 goes, 4 comes
+    ], change_type(ROW, KEY))
+    reduced = {r["id"]: r for r in reduce_keyed(frame, ROW, ["id"], None, True).collect()}
+    assert (reduced[1]["v"], reduced[1]["doc"], reduced[1][TOAST]) == ("b", "big", [])
+    assert (reduced[2]["doc"], reduced[2][TOAST]) == (None, ["doc"])
+    assert reduced[3][DELETED] and not reduced[4][DELETED] and reduced[4][LSN] == 12
+
+
+def test_merge_applies_updates_deletes_key_changes_toast_and_ignores_older_changes(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "keyed")
+    assert apply(spark, path, [change("c", 10, i, None, (i, f"v{i}", f"doc{i}")) for i in range(1, 6)]) == [
+        (i, f"v{i}", f"doc{i}", ()) for i in range(1, 6)]
+    rows = apply(spark, path, [
+        change("u", 20, 1, None, (1, "one", None), toast=("doc",)),  # doc kept from the table
+        change("d", 20, 2, (2, None, None), None),
+        change("u", 20, 3, (3, None, None), (30, "moved", "doc30")),
+        change("u", 5, 1, None, (4, "older than stored", "x")),  # arrives late: must not win
+        change("c", 20, 4, None, (6, None, None), texts={"after.v": "infinity"}),
+    ])
+    assert rows == [(1, "one", "doc1", ()), (4, "v4", "doc4", ()), (5, "v5", "doc5", ()),
+                    (6, None, None, (("v", "infinity"),)), (30, "moved", "doc30", ())]
+    # a truncate drops every row positioned before it, rows after it stay
+    rows = apply(spark, path, [change("t", 30, 1, None, None), change("c", 30, 2, None, (7, "after", None))],
+                 truncate=(30, 1))
+    assert rows == [(7, "after", None, ())]
+
+
+def test_keyless_tables_stay_multisets(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "keyless")
+    same = (1, "x", None)
+    rows = apply(spark, path, [change("c", 10, 1, None, same, keyed=False), change("c", 10, 2, None, same, keyed=False),
+                               change("c", 10, 3, None, (2, "y", None), keyed=False)], keyed=False)
+    assert rows == [(1, "x", None, ()), (1, "x", None, ()), (2, "y", None, ())]
+    rows = apply(spark, path, [change("d", 20, 1, same, None, keyed=False),
+                               change("u", 20, 2, (2, "y", None), (2, "z", None), keyed=False),
+                               change("c", 20, 3, None, (1, "x", None), texts={"after.doc": "NaN"}, keyed=False)],
+                 keyed=False)
+    assert rows == [(1, "x", None, ()), (1, "x", None, (("doc", "NaN"),)), (2, "z", None, ())]
+
+
+def test_history_keeps_every_version_with_its_validity_and_a_delete_closes_the_row(spark: Any,
+                                                                                 tmp_path: Path) -> None:
+    path = str(tmp_path / "history")
+    delta.create_table(spark, path, table_schema(ROW, POSITION_FIELDS + HISTORY_FIELDS))
+
+    def merge(changes: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        frame = spark.createDataFrame(changes, change_type(ROW, KEY))
+        delta.merge(spark, path, history_source(frame, ROW, ["id"], None), history_plan(ROW, ["id"], None, None))
+        rows = spark.read.format("delta").load(path).collect()
+        return sorted((r["id"], r["v"], r[VALID_FROM_LSN], r[VALID_TO_LSN], r[CURRENT]) for r in rows)
+
+    assert merge([change("c", 10, 1, None, (1, "a", None)), change("c", 10, 2, None, (2, "x", None))]) == [
+        (1, "a", 10, None, True), (2, "x", 10, None, True)]
+    assert merge([change("u", 20, 1, None, (1, "b", None)), change("u", 21, 1, None, (1, "c", None)),
+                  change("d", 22, 1, (2, None, None), None)]) == [
+        (1, "a", 10, 20, False), (1, "b", 20, 21, False), (1, "c", 21, None, True), (2, "x", 10, 22, False)]
