@@ -1,10 +1,10 @@
 """Spark fixtures: one local[2] SparkSession for the whole test session, and the ``spark`` marker.
 
 Spark tests are few and focused (2 shared cores): each end-to-end test runs the real chain —
-Postgres → ``python -m pgbridge run`` → broker → mirror job → Parquet — on Postgres 18 only; the
+Postgres → ``python -m pgbridge run`` → broker → mirror job → Delta Lake — on Postgres 18 only; the
 bridge's behaviour on 15 is covered by tests/integration.
 
-The session has Spark's own Kafka source (spark-sql-kafka-0-10) and spark-avro on its class path:
+The session has Spark's own Kafka source (spark-sql-kafka-0-10), spark-avro and Delta Lake on its class path:
 ``jvm/fetch.py spark`` fetches their jars with Maven once (``jvm/spark/pom.xml``), so the jobs
 under test read with ``format("kafka")`` and decode with ``from_avro`` as they do in production.
 
