@@ -26,6 +26,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -258,17 +259,20 @@ def test_no_secret_in_any_output_with_everything_right_or_failing(secured: Secur
     run(good, True, outputs, "good", caught_up=(s.postgres.dsn(dbname), prefix))
     assert s.registry.subjects(), "nothing was registered: the good runs did not stream"
 
-    # every connection made to fail, both ways
+    # every connection made to fail, both ways; each failure with its own prefix (slot, leader lock),
+    # so that they run side by side: most of their time is waiting on a server that does not answer
     closed = free_port()
     failures = {
-        "postgres wrong password": settings(s, dbname, prefix, pg_password=wrong["pg"]),
-        "postgres unreachable": settings(s, dbname, prefix, pg_port=closed),
-        "kafka wrong password": settings(s, dbname, prefix, sasl_password=wrong["sasl"]),
-        "kafka unreachable": settings(s, dbname, prefix, bootstrap=f"127.0.0.1:{closed}"),
-        "registry wrong password": settings(s, dbname, prefix, registry_password=wrong["registry"]),
-        "registry unreachable": settings(s, dbname, prefix, registry_url=f"https://127.0.0.1:{closed}/apis/ccompat/v7"),
+        "postgres wrong password": settings(s, dbname, f"{prefix}_1", pg_password=wrong["pg"]),
+        "postgres unreachable": settings(s, dbname, f"{prefix}_2", pg_port=closed),
+        "kafka wrong password": settings(s, dbname, f"{prefix}_3", sasl_password=wrong["sasl"]),
+        "kafka unreachable": settings(s, dbname, f"{prefix}_4", bootstrap=f"127.0.0.1:{closed}"),
+        "registry wrong password": settings(s, dbname, f"{prefix}_5", registry_password=wrong["registry"]),
+        "registry unreachable": settings(s, dbname, f"{prefix}_6",
+                                         registry_url=f"https://127.0.0.1:{closed}/apis/ccompat/v7"),
     }
-    for number, (where, env) in enumerate(failures.items()):
+
+    def fail(number: int, where: str, env: dict[str, str]) -> None:
         json_logs = number % 2 == 0
         code, check = command(["check"], env, json_logs, outputs, where)
         expected = {"postgres": "error: cannot connect to Postgres", "kafka": "error: Kafka",
@@ -279,6 +283,12 @@ def test_no_secret_in_any_output_with_everything_right_or_failing(secured: Secur
             command(["schemas"], env, json_logs, outputs, where)
         if where.startswith("postgres"):
             command(["slot", "drop", "--yes", "--timeout", "5"], env, not json_logs, outputs, where)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for done in [pool.submit(fail, number, where, env) for number, (where, env) in enumerate(failures.items())]:
+            done.result()
+    assert not s.postgres.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name LIKE %s",
+                                  params=(f"{prefix}\\_%",)), "a failing run created a slot"
     command(["slot", "drop", "--yes", "--timeout", "30"], good, True, outputs, "good")
     assert not s.postgres.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", params=(prefix,))
 
