@@ -12,8 +12,16 @@ from typing import Any
 import psycopg
 from pyspark.sql import SparkSession
 
+from pgbridge_spark.mirror import MirrorJob
 from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
+
+
+def run_available_now(job: MirrorJob) -> None:
+    """One ``availableNow`` run of the mirror job over everything on its topics, which must succeed."""
+    query = job.start(available_now=True)
+    assert query.awaitTermination(900), "the availableNow run did not finish within 900 s"
+    assert query.exception() is None, query.exception()
 
 
 def wait_published(dsn: str, slot: str, timeout: float = 90.0) -> None:

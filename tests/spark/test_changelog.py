@@ -22,8 +22,8 @@ import psycopg
 import pytest
 
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import read_delta, wait_published
-from tests.spark.test_mirror_end_to_end import republish, run_available_now
+from tests.spark.mirror_support import read_delta, run_available_now, wait_published
+from tests.spark.test_mirror_end_to_end import republish
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.postgres import slot_confirmed_flush_lsn

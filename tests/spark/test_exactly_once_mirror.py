@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import assert_mirrored, wait_published
-from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, run_available_now, workload
+from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
+from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, workload
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker, require_transactions
 from tests.support.postgres import slot_confirmed_flush_lsn

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
@@ -83,12 +83,6 @@ def republish(bootstrap: str, topic: str, first: int) -> int:
         producer.produce(topic, key=r.key, value=r.value)
     assert producer.flush(30) == 0
     return len(records)
-
-
-def run_available_now(job: MirrorJob) -> None:
-    query = job.start(available_now=True)
-    assert query.awaitTermination(900), "the availableNow run did not finish within 900 s"
-    assert query.exception() is None, query.exception()
 
 
 def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
