@@ -43,6 +43,7 @@ from pgbridge.decode.messages import Relation, TupleData
 from pgbridge.encode.plan import TablePlan
 from pgbridge.errors import PgbridgeError
 from pgbridge.lsn import INVALID_LSN, Lsn
+from pgbridge.publish.delivery import Produce
 from pgbridge.publish.dispatch import Dispatcher, OpenTransaction
 from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.slotted import new_instance, slot_setters
@@ -88,6 +89,7 @@ class InsertLane:
         self._tables: dict[int, _Table | None] = {}
         self._version = -1
         self._tx: OpenTransaction | None = None
+        self._produce: Produce | None = None  # the open transaction's record producer (``ready``)
         self._context: tuple[bytes, bytes, bytes] = (b"", b"", b"")
         self._origin_of = self._origin  # bound once: passed with every record
         self._row: tuple[Relation, TupleData, Lsn] | None = None  # the row being produced, for ``_origin``
@@ -106,6 +108,7 @@ class InsertLane:
         self._tx = tx
         if tx is not None:  # the transaction's context bytes (cached by the encoder) change with its origin
             self._context = self._encoder.context_bytes(tx.context)
+            self._produce = self._dispatcher.lane_producer(tx)
         return tx is not None
 
     def insert(self, frame: bytes) -> Lsn:
@@ -114,8 +117,8 @@ class InsertLane:
         The caller has checked ``ready()``, that the frame is longer than ``INSERT_MIN_BYTES`` and
         that its message tag is ``'I'``.
         """
-        tx = self._tx
-        assert tx is not None
+        tx, produce = self._tx, self._produce
+        assert tx is not None and produce is not None
         wal_start, wal_end, rel_id, marker, count = _unpack_head(frame, 0)
         if marker != _NEW:
             return INVALID_LSN
@@ -146,7 +149,7 @@ class InsertLane:
         tx.total_order = total
         tally.order = order
         self._row = (entry.relation, row, wal_start)
-        self._dispatcher.lane_produce(tx, entry.plan.topic, key, value, self._origin_of)
+        produce(entry.plan.topic, key, value, self._origin_of)
         tally.add("c", len(value) if key is None else len(key) + len(value))
         if self._exactly_once:
             self._dispatcher.split_if_due(tx)

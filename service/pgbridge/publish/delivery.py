@@ -40,6 +40,7 @@ from pgbridge.publish.transactions import BeforeCommit, Position
 log = logging.getLogger(__name__)
 
 Completed = Callable[[list[Unit]], None]
+Produce = Callable[[str, bytes | None, bytes, Describe], None]
 
 
 class EventCounters:
@@ -119,12 +120,22 @@ class Deliveries:
                           describe, headers)
         return record_bytes(record)
 
-    def produce_to(self, delivery: Delivery, topic: str, key: bytes | None, value: bytes,
-                   describe: Describe) -> None:
-        """One record in ``delivery``'s unit without a record object (the insert lane's)."""
+    def producer(self, delivery: Delivery) -> Produce:
+        """A producer of single records in ``delivery``'s unit, for the insert lane (one record a
+        row, no record object): the topic is made sure of only when it changes (a table's plan
+        hands out the same string every row)."""
         publisher = self._publisher
-        publisher.topics.ensure(topic)
-        publisher.produce(topic, key, value, delivery.callback, delivery.unit, self._idle, describe)
+        produce, ensure = publisher.produce, publisher.topics.ensure
+        callback, unit, idle = delivery.callback, delivery.unit, self._idle
+        last: list[str | None] = [None]
+
+        def produce_one(topic: str, key: bytes | None, value: bytes, describe: Describe) -> None:
+            if topic is not last[0]:
+                ensure(topic)
+                last[0] = topic
+            produce(topic, key, value, callback, unit, idle, describe)
+
+        return produce_one
 
     def produce_all(self, delivery: Delivery, records: Sequence[OutRecord], describe: Describe) -> int:
         """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""

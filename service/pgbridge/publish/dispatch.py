@@ -51,9 +51,9 @@ from pgbridge.decode.messages import PG_EPOCH_UNIX_US
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
 from pgbridge.lsn import Lsn
-from pgbridge.publish.delivery import Deliveries, Delivery
+from pgbridge.publish.delivery import Deliveries, Delivery, Produce
 from pgbridge.publish.outbox import OutboxRouter
-from pgbridge.publish.oversize import Describe, RecordOrigin, row_key_text
+from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.publish.routing import PublishFilter, row_records
 from pgbridge.publish.transactions import Position
 from pgbridge.source.monitor import HEARTBEAT_PREFIX
@@ -200,10 +200,9 @@ class Dispatcher:
             return None
         return tx
 
-    def lane_produce(self, tx: OpenTransaction, topic: str, key: bytes | None, value: bytes,
-                     describe: Describe) -> None:
-        """The insert lane's record, in the open transaction's unit."""
-        self._deliveries.produce_to(tx.delivery, topic, key, value, describe)
+    def lane_producer(self, tx: OpenTransaction) -> Produce:
+        """The insert lane's producer of single records in the open transaction's unit."""
+        return self._deliveries.producer(tx.delivery)
 
     def _produce(self, record: OutRecord, tx: OpenTransaction) -> int:
         return self._deliveries.produce(tx.delivery, record, self._other_origin)
