@@ -5,12 +5,14 @@ Starts a throwaway Postgres 18 and Apache Kafka broker (``pgbridge.embedded``, j
 (``pgbridge_spark.mirror``: Spark's ``kafka`` source, ``from_avro``; jars from ``jvm/fetch.py
 spark``) on ``local[2]`` in this process, then commits one probe row at a time
 (with a steady background load of small transactions) and, after every micro-batch, reads the
-mirrored Parquet table to see which probes arrived. Latency = time the batch finished minus time the
+mirrored Delta table to see which probes arrived. The session is the one ``python -m
+pgbridge_spark.mirror`` builds (``session.build_session``: local[2], nothing tuned). Latency = time the batch finished minus time the
 COMMIT returned, both on this machine's monotonic clock.
 
     .venv/bin/python bench/spark_latency.py [--probes 30] [--interval 1.0] [--trigger 0.5] [--consistent]
 
-Prints one JSON object: percentiles of commit→mirror latency and of micro-batch duration.
+Prints one JSON object: percentiles (p50, p95, p99) of commit→mirror latency and of micro-batch
+duration.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service")]
@@ -53,14 +54,12 @@ def main() -> int:
     parser.add_argument("--consistent", action="store_true", help="transaction-consistent mode")
     args = parser.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
+    from pgbridge_spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-bench-"))
     cluster = start_cluster(18)
-    jars = ",".join(str(j) for j in sorted(fetch("spark").glob("*.jar")))
+    os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(fetch("spark")))
     broker = start_kafka(classpath("kafka"), 1)
     bridge = None
     query = None
@@ -78,10 +77,7 @@ def main() -> int:
                     "PGBRIDGE_BUFFER__SPILL_DIR": str(work / "spill")})
         bridge = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env,
                                   stdout=(work / "bridge.log").open("wb"), stderr=subprocess.STDOUT)
-        spark = (SparkSession.builder.master("local[2]").config("spark.jars", jars)
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-                 .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS").getOrCreate())
+        spark = build_session("local[2]")
         spark.sparkContext.setLogLevel("ERROR")
 
         committed: dict[int, float] = {}
@@ -95,8 +91,8 @@ def main() -> int:
             batch_seconds.append(now - batch_started[0])
             batch_started[0] = now
             if "public.probe" in result.tables:
-                for probe_id in pq.read_table(output / "public.probe", columns=["id"]).column("id").to_pylist():
-                    seen.setdefault(probe_id, now)
+                for row in spark.read.format("delta").load(str(output / "public.probe")).select("id").collect():
+                    seen.setdefault(row["id"], now)
 
         config = MirrorConfig(bootstrap_servers=broker.bootstrap, prefix=prefix, output=str(output),
                               checkpoint=str(work / "checkpoint"), consistent=args.consistent,
@@ -138,6 +134,7 @@ def main() -> int:
             "consistent": args.consistent, "background_tx_per_s": round(1 / 0.02),
             "commit_to_mirror_s": {"p50": round(statistics.median(latencies), 3),
                                    "p95": round(percentile(latencies, 0.95), 3),
+                                   "p99": round(percentile(latencies, 0.99), 3),
                                    "max": round(max(latencies), 3), "min": round(min(latencies), 3)},
             "micro_batch_s": {"p50": round(statistics.median(batch_seconds), 3),
                               "p95": round(percentile(batch_seconds, 0.95), 3), "count": len(batch_seconds)},

@@ -120,21 +120,17 @@ def produce(bootstrap: str, rows: int, tx_size: int) -> float:
 
 
 def session(jars: str) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    """The session ``python -m pgbridge_spark.mirror`` builds (local[2], nothing tuned), with ``jars``."""
+    from pgbridge_spark.session import build_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("pgbridge-spark-mirror-throughput")
-             .config("spark.jars", jars).config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "1g").getOrCreate())
+    os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(Path(jars.split(",")[0]).parent))
+    spark = build_session("local[2]", app_name="pgbridge-spark-mirror-throughput")
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, expected: int,
                 tables: tuple[str, ...] = ("public.narrow",)) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
     from pgbridge_spark.mirror import MirrorConfig, MirrorJob
 
     run = Path(tempfile.mkdtemp(prefix=f"{decoder}-", dir=work))
@@ -148,7 +144,7 @@ def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, expected: 
     elapsed = time.monotonic() - started
     if query.exception() is not None:
         raise RuntimeError(f"{decoder}: {query.exception()}")
-    mirrored = pq.read_table(run / "out" / "public.narrow").num_rows
+    mirrored = spark.read.format("delta").load(str(run / "out" / "public.narrow")).count()
     if mirrored != expected:
         raise RuntimeError(f"{decoder}: mirrored {mirrored} rows, expected {expected}")
     shutil.rmtree(run, ignore_errors=True)

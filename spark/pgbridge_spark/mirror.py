@@ -75,6 +75,7 @@ from pgbridge_spark.merge import (
     keyless_plan,
     keyless_source,
     mirror_rows,
+    quoted,
     reduce_keyed,
     stored_entries,
 )
@@ -497,8 +498,11 @@ class MirrorJob:
             source = keyless_source(stored_rows, table.changes, row_type, truncate, resets)
             plan_of_merge = keyless_plan(row_type, truncate)
         if fresh:
-            delta.append(mirror_rows(source, row_type, table.key_type is not None), path, self.config.app_id,
-                         batch_id, metadata)
+            rows = mirror_rows(source, row_type, table.key_type is not None)
+            if table.key_type is not None:
+                # files of disjoint key ranges: a later MERGE skips every file its keys miss
+                rows = rows.repartitionByRange(*[F.col(quoted(f.name)) for f in table.key_type.fields])
+            delta.append(rows, path, self.config.app_id, batch_id, metadata)
         else:
             with delta.commit_options(spark, self.config.app_id, batch_id, metadata):
                 delta.merge(spark, path, source, plan_of_merge)

@@ -157,7 +157,8 @@ def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_ba
         query = job.start()
         writer = threading.Thread(target=streamed_work, args=(pg_dsn,))
         writer.start()
-        wait_until(lambda: len(batches) >= first_run + 2, timeout=60, message="micro-batches while the workload runs")
+        wait_until(lambda: len(batches) >= first_run + 2, timeout=600,  # a Delta batch is many Spark jobs
+                   message="micro-batches while the workload runs")
         query.stop()
         writer.join()
         wait_published(pg_dsn, topic_prefix)

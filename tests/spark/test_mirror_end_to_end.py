@@ -122,7 +122,8 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
         query = job.start()
         writer = threading.Thread(target=more_work, args=(pg_dsn, 7000, 60))
         writer.start()
-        wait_until(lambda: len(batches) >= 4, timeout=120, message="micro-batches while the workload runs")
+        wait_until(lambda: len(batches) >= 4, timeout=600,  # a Delta batch is many Spark jobs
+                   message="micro-batches while the workload runs")
         query.stop()
         writer.join()
         wait_published(pg_dsn, topic_prefix)
