@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pyspark.errors import AnalysisException
 
 from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
 from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
@@ -96,7 +97,8 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
                                    ).fetchone()
             assert row is not None and row[0] == TOTAL
             wait_published(pg_dsn, topic_prefix)
-            wait_until(lambda: _caught_up(pg_dsn, output), timeout=240, message="mirror to catch up")
+            wait_until(lambda: _caught_up(pg_dsn, output), timeout=1200,  # small batches, each many Spark jobs
+                       message="mirror to catch up")
         finally:
             query.stop()
         assert bridge.terminate() == 0, bridge.log()
@@ -113,6 +115,6 @@ def _caught_up(dsn: str, output: Path) -> bool:
     try:
         for table in ("public.checking", "public.savings"):
             assert_mirrored(dsn, output, table)
-    except (AssertionError, OSError):
+    except (AssertionError, OSError, AnalysisException):  # a table not written yet
         return False
     return True
