@@ -19,9 +19,8 @@ from fastavro import parse_schema, schemaless_writer
 
 from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header
 from pgbridge_spark.mirror import MirrorConfig, MirrorJob
-from tests.spark.mirror_support import read_delta
+from tests.spark.mirror_support import read_delta, run_available_now
 from tests.spark.test_decoders_agree import SOURCE, TRANSACTION
-from tests.spark.test_mirror_end_to_end import run_available_now
 from tests.support.broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
