@@ -129,7 +129,7 @@ def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
 
 
 def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
-    from pgbridge_spark import delta
+    from pgbridge_spark import delta_tables
 
     cluster = start_kafka(classpath("kafka"), 1)
     out = Path(tempfile.mkdtemp(prefix=f"rows-{rows}-", dir=work))
@@ -151,7 +151,7 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
         _, results = run(spark, cluster.bootstrap, out)
         fixed_s = sum(x.seconds for x in results)
         changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
-        files = delta.file_count(spark, table)
+        files = delta_tables.file_count(spark, table)
         return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": [round(x, 2) for x in batch_s], "batch_s_median": round(statistics.median(batch_s), 2),
                 "run_s": [round(x, 2) for x in run_s], "empty_run_s": [round(x, 2) for x in empty_s],

@@ -15,7 +15,7 @@
                                                  ▼
                      {output}/{schema}.{table}   (Delta: one idempotent commit per table and batch)
 
-Exactly once (``delta``): each table's commit carries ``txnAppId`` / ``txnVersion`` (this job, the
+Exactly once (``delta_tables``): each table's commit carries ``txnAppId`` / ``txnVersion`` (this job, the
 batch id), so Delta skips a replayed micro-batch, and its ``userMetadata`` the per-partition
 positions applied, so records pgbridge re-published after a crash are dropped. Spark's checkpoint
 holds the Kafka offsets. ``--output`` and ``--checkpoint`` are Hadoop filesystem URIs or paths;
@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-from pgbridge_spark import delta
+from pgbridge_spark import delta_tables
 from pgbridge_spark.decode import (
     SchemaCatalog,
     decode_boundaries,
@@ -215,7 +215,7 @@ class MirrorJob:
     def start(self, *, available_now: bool = False) -> StreamingQuery:
         if self.config.decoder == "jvm":
             require_spark_avro(self.spark)
-        delta.require_delta(self.spark)
+        delta_tables.require_delta(self.spark)
         apply_job_defaults(self.spark)
         self._progress.clear()
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
@@ -233,10 +233,10 @@ class MirrorJob:
         spark = batch.sparkSession
         started = time.monotonic()
         raw = batch.select("key", "value", "topic", "partition", "offset").where("value IS NOT NULL")
-        pending_path = delta.table_uri(self.config.output, PENDING)
+        pending_path = delta_tables.table_uri(self.config.output, PENDING)
         cut_before, pending_done = 0, False
-        if self.config.consistent and delta.is_table(spark, pending_path):
-            found = delta.last_progress(spark, pending_path)
+        if self.config.consistent and delta_tables.is_table(spark, pending_path):
+            found = delta_tables.last_progress(spark, pending_path)
             if found is not None:
                 cut_before = found[0].cut or 0
                 pending_done = found[0].applied(self.config.app_id, batch_id)
@@ -311,7 +311,7 @@ class MirrorJob:
 
     def _load_progress(self, spark: SparkSession, path: str) -> TableProgress:
         if path not in self._progress:
-            found = delta.last_progress(spark, path) if delta.is_table(spark, path) else None
+            found = delta_tables.last_progress(spark, path) if delta_tables.is_table(spark, path) else None
             self._progress[path] = found[0] if found is not None else TableProgress()
         stored = self._progress[path]
         return TableProgress.from_metadata(stored.to_metadata())  # a copy: advanced before it is committed
@@ -319,7 +319,7 @@ class MirrorJob:
     def _table_batch(self, spark: SparkSession, raw: DataFrame, topic: str, headers: list[Any],
                      texts: Mapping[str, str], schema_id: str | None = None) -> _TableBatch:
         name = topic[len(self.config.prefix) + 1:]
-        path = delta.table_uri(self.config.output, name)
+        path = delta_tables.table_uri(self.config.output, name)
         progress = self._load_progress(spark, path)
         if schema_id is None:
             newest = max(headers, key=lambda r: (r["_"]["offset"], r["_"]["partition"]))
@@ -436,9 +436,9 @@ class MirrorJob:
             [(self.config.transactions_topic, p, o) for p, o, lsn in boundaries if lsn > cut], coordinates))
         kept = raw.join(_union(keep), ["topic", "partition", "offset"], "left_semi")
         progress = TableProgress(app=self.config.app_id, batch=batch_id, cut=cut)
-        delta.append(kept.select("key", "value", "topic", "partition", "offset"),
-                     delta.table_uri(self.config.output, PENDING), self.config.app_id, batch_id,
-                     progress.to_metadata(), mode="overwrite")
+        delta_tables.append(kept.select("key", "value", "topic", "partition", "offset"),
+                            delta_tables.table_uri(self.config.output, PENDING), self.config.app_id, batch_id,
+                            progress.to_metadata(), mode="overwrite")
 
     def _apply(self, spark: SparkSession, table: _TableBatch, batch_id: int, stats: list[Any],
                resets: Mapping[str, Position], cut: int | None) -> int:
@@ -462,7 +462,8 @@ class MirrorJob:
         metadata = progress.to_metadata()
         if self.config.mode == "changelog":
             frame = table.changes.drop("schema_id").withColumn("batch_id", F.lit(batch_id).cast("long"))
-            delta.append(frame, table.path, self.config.app_id, batch_id, metadata, options={"mergeSchema": "true"})
+            delta_tables.append(frame, table.path, self.config.app_id, batch_id, metadata,
+                                options={"mergeSchema": "true"})
         else:
             self._write_mirror(spark, table, (truncate, truncate_time), any(r["toast"] > 0 for r in stats), resets,
                                batch_id, metadata)
@@ -475,14 +476,15 @@ class MirrorJob:
         path, row_type = table.path, table.row_type
         truncate, truncate_time = truncated
         history = self.config.history and table.key_type is not None
-        if delta.is_table(spark, path):
-            stored = delta.stored_schema(spark, path)
+        if delta_tables.is_table(spark, path):
+            stored = delta_tables.stored_schema(spark, path)
             plan = plan_schema(stored, row_type, resets)
             if not plan.empty:
-                delta.evolve(spark, path, plan, stored)
-            fresh = table.progress.app is None and not history and not delta.has_rows(spark, path)
+                delta_tables.evolve(spark, path, plan, stored)
+            fresh = table.progress.app is None and not history and not delta_tables.has_rows(spark, path)
         else:
-            delta.create_table(spark, path, table_schema(row_type, POSITION_FIELDS + (HISTORY_FIELDS if history else ())))
+            delta_tables.create_table(spark, path,
+                                      table_schema(row_type, POSITION_FIELDS + (HISTORY_FIELDS if history else ())))
             fresh = not history
         if history:
             assert table.key_type is not None
@@ -502,10 +504,10 @@ class MirrorJob:
             if table.key_type is not None:
                 # files of disjoint key ranges: a later MERGE skips every file its keys miss
                 rows = rows.repartitionByRange(*[F.col(quoted(f.name)) for f in table.key_type.fields])
-            delta.append(rows, path, self.config.app_id, batch_id, metadata)
+            delta_tables.append(rows, path, self.config.app_id, batch_id, metadata)
         else:
-            with delta.commit_options(spark, self.config.app_id, batch_id, metadata):
-                delta.merge(spark, path, source, plan_of_merge)
+            with delta_tables.commit_options(spark, self.config.app_id, batch_id, metadata):
+                delta_tables.merge(spark, path, source, plan_of_merge)
 
     def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:
         """Files per table after the batch (a log line), and compaction / retention when configured."""
@@ -513,10 +515,10 @@ class MirrorJob:
         compact = config.compact_every > 0 and (batch_id + 1) % config.compact_every == 0
         for name, path in sorted(applied.items()):
             if compact:
-                delta.compact(spark, path, self._progress[path].to_metadata())
+                delta_tables.compact(spark, path, self._progress[path].to_metadata())
                 if config.retention_hours is not None:
-                    delta.vacuum(spark, path, config.retention_hours)
-            log.info("table %s: %s files after micro-batch %d%s", name, delta.file_count(spark, path), batch_id,
+                    delta_tables.vacuum(spark, path, config.retention_hours)
+            log.info("table %s: %s files after micro-batch %d%s", name, delta_tables.file_count(spark, path), batch_id,
                      " (compacted)" if compact else "")
 
 
@@ -583,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = build_session(master, jars=master is not None and not args.no_packages,
                               **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
         query = MirrorJob(spark, config).start(available_now=args.available_now)
-    except (MissingJars, delta.MissingDelta, MissingKafkaSource, MissingSparkAvro) as exc:
+    except (MissingJars, delta_tables.MissingDelta, MissingKafkaSource, MissingSparkAvro) as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line naming the fix, no traceback
         return 1
     try:

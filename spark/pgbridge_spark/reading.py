@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pgbridge_spark import delta
+from pgbridge_spark import delta_tables
 from pgbridge_spark.mirror import PENDING
 
 
@@ -32,8 +32,8 @@ class NoConsistentCut(RuntimeError):
 
 def completed_cut(spark: SparkSession, output: str) -> int:
     """The cut of the last micro-batch the consistent job completed."""
-    pending = delta.table_uri(output, PENDING)
-    found = delta.last_progress(spark, pending) if delta.is_table(spark, pending) else None
+    pending = delta_tables.table_uri(output, PENDING)
+    found = delta_tables.last_progress(spark, pending) if delta_tables.is_table(spark, pending) else None
     if found is None or found[0].cut is None:
         raise NoConsistentCut(f"{output} has no completed consistent micro-batch: run the mirror job with "
                               "--consistent (its _pgbridge/pending table records the cut)")
@@ -46,8 +46,8 @@ def read_consistent(spark: SparkSession, output: str, tables: Sequence[str]) -> 
     cut = completed_cut(spark, output)
     frames: dict[str, DataFrame] = {}
     for name in tables:
-        path = delta.table_uri(output, name)
-        version = delta.version_at_cut(delta.versions_with_cut(spark, path), cut)
+        path = delta_tables.table_uri(output, name)
+        version = delta_tables.version_at_cut(delta_tables.versions_with_cut(spark, path), cut)
         reader = spark.read.format("delta")
         if version is None:
             frames[name] = reader.load(path).limit(0)
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         frames, cut = read_consistent(spark, args.output, args.tables)
         print(f"consistent cut: commit LSN {cut}")
     except NoConsistentCut:
-        frames = {name: spark.read.format("delta").load(delta.table_uri(args.output, name)) for name in args.tables}
+        frames = {name: spark.read.format("delta").load(delta_tables.table_uri(args.output, name)) for name in args.tables}
     for name, frame in frames.items():
         print(name)
         frame.show(args.rows, truncate=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType, StructField, StructType
 
 from pgbridge_spark.decode import record_conformer
-from pgbridge_spark.delta import version_at_cut
+from pgbridge_spark.delta_tables import version_at_cut
 from pgbridge_spark.evolution import plan_schema, table_schema
 from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN
 from pgbridge_spark.packages import ARTIFACTS, Artifact, find_local, missing_message

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from pgbridge_spark import delta
+from pgbridge_spark import delta_tables
 from pgbridge_spark.evolution import table_schema
 from pgbridge_spark.merge import (
     CURRENT,
@@ -63,8 +63,8 @@ def apply(spark: SparkSession, path: str, changes: list[dict[str, Any]], *, keye
           truncate: tuple[int, int] | None = None) -> list[tuple[Any, ...]]:
     """The table after merging ``changes``: (id, v, doc, unrepresentable texts as sorted pairs)."""
     frame = spark.createDataFrame(changes, change_type(ROW, KEY if keyed else None))
-    if not delta.is_table(spark, path):
-        delta.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+    if not delta_tables.is_table(spark, path):
+        delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
     with_toast = any(c["unchanged_toast_columns"] for c in changes)
     if keyed:
         source = reduce_keyed(frame, ROW, ["id"], truncate, with_toast)
@@ -73,10 +73,10 @@ def apply(spark: SparkSession, path: str, changes: list[dict[str, Any]], *, keye
         stored = stored_entries(spark.read.format("delta").load(path), ROW)
         source = keyless_source(stored, frame, ROW, truncate)
         plan = keyless_plan(ROW, truncate)
-    if delta.file_count(spark, path) == 0:
+    if delta_tables.file_count(spark, path) == 0:
         mirror_rows(source, ROW, keyed).write.format("delta").mode("append").save(path)
     else:
-        delta.merge(spark, path, source, plan)
+        delta_tables.merge(spark, path, source, plan)
     rows = spark.read.format("delta").load(path).collect()
     return sorted((r["id"], r["v"], r["doc"], tuple(sorted((r["_pgbridge_unrepresentable"] or {}).items())))
                   for r in rows)
@@ -130,11 +130,11 @@ def test_keyless_tables_stay_multisets(spark: Any, tmp_path: Path) -> None:
 def test_history_keeps_every_version_with_its_validity_and_a_delete_closes_the_row(spark: Any,
                                                                                  tmp_path: Path) -> None:
     path = str(tmp_path / "history")
-    delta.create_table(spark, path, table_schema(ROW, POSITION_FIELDS + HISTORY_FIELDS))
+    delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS + HISTORY_FIELDS))
 
     def merge(changes: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         frame = spark.createDataFrame(changes, change_type(ROW, KEY))
-        delta.merge(spark, path, history_source(frame, ROW, ["id"], None), history_plan(ROW, ["id"], None, None))
+        delta_tables.merge(spark, path, history_source(frame, ROW, ["id"], None), history_plan(ROW, ["id"], None, None))
         rows = spark.read.format("delta").load(path).collect()
         return sorted((r["id"], r["v"], r[VALID_FROM_LSN], r[VALID_TO_LSN], r[CURRENT]) for r in rows)
 

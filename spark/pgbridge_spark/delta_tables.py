@@ -1,5 +1,8 @@
 """The mirror's Delta Lake tables: create, evolve, ``MERGE``, append, read progress, upkeep.
 
+Not named ``delta``: ``spark-submit .../pgbridge_spark/mirror.py`` puts this folder first on the
+driver's ``sys.path``, where a ``delta.py`` would hide delta-spark's ``delta`` package.
+
 Every byte the job keeps lives in the Delta tables under ``--output`` (and Spark's checkpoint):
 paths are Hadoop filesystem URIs (``hdfs://``, ``s3a://``, ``file:/``) or local paths, and nothing
 here touches the driver's disk.
@@ -32,7 +35,7 @@ from pgbridge_spark.packages import ARTIFACTS, DELTA_SESSION_CONF, DELTA_VERSION
 from pgbridge_spark.progress import TableProgress
 from pgbridge_spark.source import loadable
 
-log = logging.getLogger("pgbridge_spark.delta")
+log = logging.getLogger("pgbridge_spark.delta_tables")
 
 DELTA_CLASS: Final = "io.delta.tables.DeltaTable"
 USER_METADATA: Final = "spark.databricks.delta.commitInfo.userMetadata"
