@@ -10,7 +10,8 @@ under test read with ``format("kafka")`` and decode with ``from_avro`` as they d
 
 The cluster tests (``cluster`` marker) also get a Spark standalone cluster (a master and two workers,
 executors in their own JVMs: ``tests/support/spark_cluster.py``) and an HDFS (a NameNode and a
-DataNode: ``tests/support/hdfs.py``), each started once per session, only when such a test runs.
+DataNode: ``tests/support/hdfs.py``) and an S3 (moto's server, reached through s3a:
+``tests/support/s3.py``), each started once per session, only when such a test runs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from jvm.fetch import fetch
 
 from tests.support.hdfs import Hdfs, start_hdfs
+from tests.support.s3 import S3Server, start_s3
 from tests.support.spark_cluster import SparkCluster, start_spark_cluster
 
 
@@ -42,7 +44,8 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("pgbridge-tests")
-               .config("spark.jars", spark_jars())
+               # s3a: the cluster tests read back what the job wrote to S3
+               .config("spark.jars", ",".join([spark_jars(), *map(str, sorted(fetch("s3a").glob("*.jar")))]))
                .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                .config("spark.sql.shuffle.partitions", "2")
@@ -76,6 +79,16 @@ def spark_cluster() -> Iterator[SparkCluster]:
 def hdfs() -> Iterator[Hdfs]:
     """A NameNode and a DataNode shared by the session; tests write under paths of their own."""
     started = start_hdfs()
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """moto's S3 server shared by the session; tests use buckets of their own."""
+    started = start_s3()
     try:
         yield started
     finally:

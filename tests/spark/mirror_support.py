@@ -64,7 +64,7 @@ def read_delta(path: Path | str) -> tuple[list[str], list[dict[str, Any]]]:
     return table.column_names, rows
 
 
-def mirror_rows(directory: Path) -> tuple[list[str], Counter[tuple[Any, ...]]]:
+def mirror_rows(directory: Path | str) -> tuple[list[str], Counter[tuple[Any, ...]]]:
     """Columns and the multiset of rows of a mirrored table, without the ``_pgbridge_`` positions
     and the ``{column}__text`` companions (asserted null: every test value has its typed form)."""
     column_names, rows = read_delta(directory)
@@ -73,7 +73,7 @@ def mirror_rows(directory: Path) -> tuple[list[str], Counter[tuple[Any, ...]]]:
                   if c.endswith(COMPANION_SUFFIX) and c[:-len(COMPANION_SUFFIX)] in names]
     columns = [c for c in column_names if not c.startswith("_pgbridge_") and c not in companions]
     for companion in companions:
-        assert all(row[companion] is None for row in rows), f"{directory.name}.{companion} is not all null"
+        assert all(row[companion] is None for row in rows), f"{directory}.{companion} is not all null"
     return columns, Counter(tuple(_json_text(_normal(row[c])) for c in columns) for row in rows)
 
 
@@ -85,10 +85,11 @@ def source_rows(dsn: str, table: str) -> tuple[list[str], Counter[tuple[Any, ...
     return columns, rows
 
 
-def assert_mirrored(dsn: str, output: Path, table: str) -> None:
-    """The mirror of ``schema.table`` has the source's columns and exactly its rows."""
+def assert_mirrored(dsn: str, output: Path | str, table: str) -> None:
+    """The mirror of ``schema.table`` has the source's columns and exactly its rows; ``output`` is a
+    local folder or a Hadoop URI (``hdfs://...``, ``s3a://...``)."""
     expected_columns, expected = source_rows(dsn, table)
-    columns, rows = mirror_rows(output / table)
+    columns, rows = mirror_rows(output / table if isinstance(output, Path) else f"{output}/{table}")
     assert columns == expected_columns, f"{table}: columns {columns} != {expected_columns}"
     missing, extra = expected - rows, rows - expected
     assert not missing and not extra, f"{table}: missing {list(missing)[:5]}, unexpected {list(extra)[:5]}"

@@ -138,6 +138,13 @@ class Hdfs:
             raise
         return sorted(str(status["pathSuffix"]) for status in statuses)
 
+    def read(self, path: str) -> bytes:
+        """The content of the HDFS file ``path`` (WebHDFS: the NameNode redirects to the DataNode)."""
+        url = f"http://{HOST}:{self.http_port}/webhdfs/v1{urllib.parse.quote(path)}?op=OPEN"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body: bytes = response.read()
+        return body
+
     def logs(self) -> str:
         return self.group.logs()
 

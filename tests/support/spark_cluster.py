@@ -130,6 +130,10 @@ class SparkCluster:
             command += ["--conf", f"{key}={value}"]
         return [*command, str(app), *args]
 
+    def executor_workers(self, app_id: str) -> set[str]:
+        """The workers (``worker-1``, ...) that ran an executor of the application ``app_id``."""
+        return {path.parts[-3] for path in self.group.workdir.glob(f"worker-*/work/{app_id}")}
+
     def executor_logs(self, lines: int = 30) -> str:
         """The tail of every executor's stderr (in the workers' work directories)."""
         tails = []

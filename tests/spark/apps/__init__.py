@@ -1,1 +1,0 @@
-"""Spark applications the cluster tests submit with ``spark-submit`` (each runs as a script)."""
