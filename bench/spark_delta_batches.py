@@ -25,14 +25,10 @@ and after: the machine may be shared, so read the figures with it.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import logging
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,12 +39,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service"), str(ROOT / "bench")]
 
-from fastavro import parse_schema, schemaless_writer  # noqa: E402
 from jvm.fetch import classpath, fetch  # noqa: E402
-from spark_mirror_throughput import ENVELOPE, KEY, PREFIX, TABLE_TOPIC  # noqa: E402
+from spark_mirror_throughput import (  # noqa: E402
+    PREFIX,
+    TABLE_TOPIC,
+    create_topic,
+    encoded,
+    producer,
+    send,
+    write_result,
+)
 
 from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
-from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "spark-delta-batches.json"
 BASE_LSN = 0x1000000
@@ -63,40 +65,11 @@ def change(i: int, op: str, lsn: int, order: int, v: int) -> dict[str, Any]:
                                                    "data_collection_order": order}}
 
 
-def encoded(changes: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, bytes, bytes]]:
-    value_schema, key_schema = parse_schema(ENVELOPE), parse_schema(KEY)
-    value_header, key_header = single_object_header(fingerprint64(ENVELOPE)), single_object_header(fingerprint64(KEY))
-    for i, envelope in changes:
-        key, value = io.BytesIO(key_header), io.BytesIO(value_header)
-        key.seek(len(key_header))
-        value.seek(len(value_header))
-        schemaless_writer(key, key_schema, {"id": i})
-        schemaless_writer(value, value_schema, envelope)
-        yield i, key.getvalue(), value.getvalue()
-
-
 def produce(bootstrap: str, topic: str, items: Iterator[tuple[int, bytes, bytes]], create: bool) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "acks": "all"})
+    out = producer(bootstrap)
     if create:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():
-            future.result(30)
-        for schema in (ENVELOPE, KEY):
-            producer.produce(f"{PREFIX}._schemas", key=fingerprint_hex(fingerprint64(schema)).encode(),
-                             value=json.dumps(schema).encode())
-    for i, key, value in items:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=i % 2)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(300) != 0:
-        raise RuntimeError("records not delivered within 300 s")
+        create_topic(bootstrap, out, topic)
+    send(out, topic, items, 300)
 
 
 def snapshot(rows: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -188,20 +161,11 @@ def main() -> int:
     import pyspark
     result: dict[str, Any] = {
         "benchmark": "Delta mirror: 1,000 spread changes against table size (mirror mode, local[2], untuned)",
-        "command": " ".join([".venv/bin/python", "bench/spark_delta_batches.py", *sys.argv[1:]]),
         "sizes": sizes, "pyspark": pyspark.__version__,
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "cpus": os.cpu_count(), "python": platform.python_version(),
-        "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip(),
     }
     if len(sizes) >= 2:
         result["ratio_largest_to_smallest_batch"] = round(sizes[-1]["batch_s_median"] / sizes[0]["batch_s_median"], 2)
-    text = json.dumps(result, indent=2)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text + "\n")
-    print(text)
+    write_result(result, args.output, load_before)
     return 0
 
 

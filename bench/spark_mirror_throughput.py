@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +72,27 @@ KEY = {"type": "record", "name": "Key", "namespace": f"{PREFIX}.public.narrow",
        "fields": [{"name": "id", "type": "long", "pg_type": "int8"}]}
 
 
-def records(rows: int, tx_size: int) -> Any:
-    """``(key, value)`` bytes of ``rows`` inserts, ``tx_size`` per transaction, in commit order."""
-    value_schema, key_schema = parse_schema(ENVELOPE), parse_schema(KEY)
-    value_header, key_header = single_object_header(fingerprint64(ENVELOPE)), single_object_header(fingerprint64(KEY))
+def records(rows: int, tx_size: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(id, envelope)`` of ``rows`` inserts, ``tx_size`` per transaction, in commit order."""
     for i in range(rows):
         tx, order = divmod(i, tx_size)
         lsn = 0x1000000 + tx * 0x1000
-        envelope: dict[str, Any] = {"before": None, "after": {"id": i, "v": i % 1000, "note": f"row {i}",
-                                              "at": 1_700_000_000_000_000 + i},
-                    "op": "c", "unchanged_toast_columns": [], "unrepresentable": None,
-                    "source": {"db": "bench", "schema": "public", "table": "narrow", "lsn": lsn + order,
-                               "commit_lsn": lsn + tx_size, "xid": 1000 + tx, "ts_us": 1_700_000_000_000_000,
-                               "snapshot": False, "origin": None},
-                    "transaction": {"id": f"{1000 + tx}:{lsn + tx_size}", "total_order": order + 1,
-                                    "data_collection_order": order + 1}}
+        yield i, {"before": None, "after": {"id": i, "v": i % 1000, "note": f"row {i}",
+                                            "at": 1_700_000_000_000_000 + i},
+                  "op": "c", "unchanged_toast_columns": [], "unrepresentable": None,
+                  "source": {"db": "bench", "schema": "public", "table": "narrow", "lsn": lsn + order,
+                             "commit_lsn": lsn + tx_size, "xid": 1000 + tx, "ts_us": 1_700_000_000_000_000,
+                             "snapshot": False, "origin": None},
+                  "transaction": {"id": f"{1000 + tx}:{lsn + tx_size}", "total_order": order + 1,
+                                  "data_collection_order": order + 1}}
+
+
+def encoded(changes: Iterable[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, bytes, bytes]]:
+    """``(id, key, value)`` bytes of ``(id, envelope)`` changes as pgbridge writes them (single-object
+    framing); bench/spark_delta_batches.py writes its records with it too."""
+    value_schema, key_schema = parse_schema(ENVELOPE), parse_schema(KEY)
+    value_header, key_header = single_object_header(fingerprint64(ENVELOPE)), single_object_header(fingerprint64(KEY))
+    for i, envelope in changes:
         key, value = io.BytesIO(key_header), io.BytesIO(value_header)
         key.seek(len(key_header))
         value.seek(len(value_header))
@@ -94,29 +101,63 @@ def records(rows: int, tx_size: int) -> Any:
         yield i, key.getvalue(), value.getvalue()
 
 
-def produce(bootstrap: str, rows: int, tx_size: int) -> float:
+def producer(bootstrap: str) -> Any:
+    """A producer tuned for bulk loading (the figures are the consumer's, not this one's)."""
     from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                     "compression.type": "lz4", "acks": "all"})
+
+
+def create_topic(bootstrap: str, producer: Any, topic: str) -> None:
+    """``topic`` with two partitions and ``{PREFIX}._schemas`` holding the key and value schemas."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(TABLE_TOPIC, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{PREFIX}._schemas", 1, 1)]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "acks": "all"})
     for schema in (ENVELOPE, KEY):
         producer.produce(f"{PREFIX}._schemas", key=fingerprint_hex(fingerprint64(schema)).encode(),
                          value=json.dumps(schema).encode())
-    started = time.monotonic()
-    for i, key, value in records(rows, tx_size):
+
+
+def send(producer: Any, topic: str, items: Iterable[tuple[int, bytes, bytes]], flush_s: float) -> None:
+    """``items`` to ``topic``, partition ``id % 2``, waiting for room when the producer's queue is
+    full; all delivered within ``flush_s`` of the last one, or ``RuntimeError``."""
+    for i, key, value in items:
         while True:
             try:
-                producer.produce(TABLE_TOPIC, key=key, value=value, partition=i % 2)
+                producer.produce(topic, key=key, value=value, partition=i % 2)
                 break
             except BufferError:
                 producer.poll(0.1)
-    if producer.flush(120) != 0:
-        raise RuntimeError("records not delivered within 120 s")
+    if producer.flush(flush_s) != 0:
+        raise RuntimeError(f"records not delivered within {flush_s:g} s")
+
+
+def produce(bootstrap: str, rows: int, tx_size: int) -> float:
+    """The benchmark's records to a new topic; the seconds it took to send them."""
+    out = producer(bootstrap)
+    create_topic(bootstrap, out, TABLE_TOPIC)
+    started = time.monotonic()
+    send(out, TABLE_TOPIC, encoded(records(rows, tx_size)), 120)
     return time.monotonic() - started
+
+
+def write_result(result: dict[str, Any], output: Path, load_before: tuple[float, float, float]) -> None:
+    """``result`` with the command, the load average before and now, the machine and the commit, as
+    JSON to ``output`` and stdout: the machine is shared, so the figures are read with the load."""
+    result = {"command": " ".join([".venv/bin/python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+              **result,
+              "load_average_before": [round(x, 2) for x in load_before],
+              "load_average_after": [round(x, 2) for x in os.getloadavg()],
+              "cpus": os.cpu_count(), "python": platform.python_version(),
+              "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()}
+    text = json.dumps(result, indent=2)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text + "\n")
+    print(text)
 
 
 def session(jars: str) -> Any:
@@ -182,24 +223,14 @@ def main() -> int:
         name = f"{run['decoder']}/{run['source']}"
         best[name] = max(best.get(name, 0), run["rows_per_s"])
     import pyspark
-    result = {
+    write_result({
         "benchmark": "spark mirror throughput (mirror mode, available-now, local[2])",
-        "command": " ".join([".venv/bin/python", "bench/spark_mirror_throughput.py", *sys.argv[1:]]),
         "rows": args.rows, "tx_size": args.tx_size, "topic_partitions": 2,
         "broker": "Apache Kafka (jvm/kafka), single node", "pyspark": pyspark.__version__,
         "spark_jars": sorted(Path(j).name for j in jars.split(",")),
         "produce_seconds": round(produce_s, 2), "warmup_run": warm, "runs": runs, "best_rows_per_s": best,
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "cpus": os.cpu_count(), "python": platform.python_version(),
         "java": subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0],
-        "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip(),
-    }
-    text = json.dumps(result, indent=2)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text + "\n")
-    print(text)
+    }, args.output, load_before)
     return 0
 
 
