@@ -13,6 +13,7 @@ counts it must reach, and their own tests.
 
 from __future__ import annotations
 
+import abc
 import pathlib
 import random
 import threading
@@ -262,7 +263,7 @@ def scenario() -> list[list[bytes]]:
 
 
 
-class PublishesAlike:
+class PublishesAlike(abc.ABC):
     """The checks both comparisons make, written once: a test module subclasses this as a ``Test…``
     class (pytest collects the inherited tests there, not here), says in ``run`` how a stream goes
     through the path under test (``tested``) or the reference path, with ``SessionRun.taken``
@@ -271,10 +272,11 @@ class PublishesAlike:
     scenario_taken: int  # rows of ``scenario()`` the path under test takes
     filtered_taken: int  # the same with only public.items captured
 
+    @abc.abstractmethod
     def run(self, batches: list[list[bytes]], tmp: pathlib.Path, tested: bool, *,
             split_every: int | None = None, capture: CaptureFilter | None = None,
             keep_error: bool = False) -> SessionRun:
-        raise NotImplementedError
+        """Each module's own: how a stream goes through its path under test or the reference."""
 
     def test_the_scenario_is_published_alike(self, tmp_path: pathlib.Path) -> None:
         batches = scenario()
