@@ -14,6 +14,10 @@ with nothing new. Reported per table size:
 - ``run_s`` / ``empty_run_s``: the whole ``--available-now`` run with the batch / with nothing new
   (query start, planning, checkpoint), and their difference, what a user waits for the batch;
 - ``fixed_s``: ``batch_s`` of a batch of one change (the cost whatever the batch holds);
+- ``streaming_batch_s`` / ``streaming_fixed_s``: the same 1,000-change and 1-change batches applied by
+  one query that keeps running (``processingTime`` trigger, as ``python -m pgbridge_spark.mirror``
+  runs without ``--available-now``): what each micro-batch of a long-running job costs, without
+  query start and the first reads of the schemas and the table's progress;
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
@@ -101,6 +105,33 @@ def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
     return time.monotonic() - started, results
 
 
+def streaming(spark: Any, bootstrap: str, out: Path, rows: int, changes: int, rounds: int,
+              first_round: int) -> tuple[list[float], list[float]]:
+    """Per-batch seconds of ``rounds`` batches of ``changes`` updates, then of ``rounds`` one-change
+    batches, all applied by one running query (each produced once the previous batch is applied)."""
+    import queue
+
+    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+
+    config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
+                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",), trigger_seconds=0.5)
+    done: queue.Queue[Any] = queue.Queue()
+    query = MirrorJob(spark, config, on_batch=lambda _batch_id, result: done.put(result)).start()
+    sizes = [changes] * rounds + [1] * rounds
+    seconds = []
+    try:
+        for n, count in enumerate(sizes):
+            produce(bootstrap, TABLE_TOPIC, encoded(updates(rows, count, first_round + n)), create=False)
+            applied, spent = 0, 0.0
+            while applied < count:  # the changes may arrive over two micro-batches: their sum
+                result = done.get(timeout=600)
+                applied, spent = applied + result.applied_count, spent + result.seconds
+            seconds.append(spent)
+    finally:
+        query.stop()
+    return seconds[:rounds], seconds[rounds:]
+
+
 def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
     from pgbridge_spark import delta_tables
 
@@ -124,13 +155,16 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
         _, results = run(spark, cluster.bootstrap, out)
         fixed_s = sum(x.seconds for x in results)
         changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
+        stream_s, stream_fixed_s = streaming(spark, cluster.bootstrap, out, rows, changes, rounds, rounds + 1)
         files = delta_tables.file_count(spark, table)
         return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": [round(x, 2) for x in batch_s], "batch_s_median": round(statistics.median(batch_s), 2),
                 "run_s": [round(x, 2) for x in run_s], "empty_run_s": [round(x, 2) for x in empty_s],
                 "run_minus_empty_s_median": round(statistics.median(a - b for a, b in zip(run_s, empty_s,
                                                                                            strict=True)), 2),
-                "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed, "files": files}
+                "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed,
+                "streaming_batch_s": [round(x, 2) for x in stream_s],
+                "streaming_fixed_s": [round(x, 2) for x in stream_fixed_s], "files": files}
     finally:
         cluster.close()
         shutil.rmtree(out, ignore_errors=True)

@@ -13,17 +13,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from pgbridge.embedded._process import death_signal_prefix, log_tail, remove_stale_dirs
+from pgbridge.embedded._process import ServerProcess, remove_stale_dirs
 
 
 class Daemon:
-    """One server process, started by ``start()``, killed (with its whole session) by ``kill()``."""
+    """One server process, started by ``start()``, killed (with its whole session) by ``kill()``;
+    the process itself is ``pgbridge.embedded._process.ServerProcess``'s, as the embedded servers'."""
 
     def __init__(self, name: str, command: Sequence[str], *, cwd: Path,
                  env: Mapping[str, str] | None = None) -> None:
@@ -32,43 +32,35 @@ class Daemon:
         self.cwd = cwd
         self.env = dict(env) if env is not None else None
         self.log_path = cwd / f"{name}.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process = ServerProcess(self.log_path)
 
     def __repr__(self) -> str:
         return f"<Daemon {self.name} pid={self.pid}>"
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None and self.running else None
+        return self._process.pid
 
     def start(self) -> Daemon:
         self.cwd.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen([*death_signal_prefix(), *self.command], stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env,
-                                             start_new_session=True)
+        self._process.start(self.command, cwd=self.cwd, env=self.env)
         return self
 
     def check_alive(self) -> None:
         """``RuntimeError`` with the log's tail if the process has exited (for readiness waits)."""
-        if self._process is not None and self._process.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with {self._process.returncode}; log:\n{self.log_tail()}")
+        if self._process.exit_code is not None:
+            raise RuntimeError(f"{self.name} exited with {self._process.exit_code}; log:\n{self.log_tail()}")
 
     def kill(self) -> None:
         """SIGKILL to the process and everything in its session; waits for the process."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
+        self._process.kill(session=True)
 
     def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
+        return self._process.log_tail(lines)
 
 
 class DaemonGroup:

@@ -13,10 +13,11 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -95,3 +96,71 @@ def log_tail(path: Path, lines: int = 40) -> str:
     except FileNotFoundError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+class ServerProcess:
+    """One server's child process: started in its own session (a signal to the session reaches
+    whatever it spawned, e.g. a Spark worker's executors) with the parent death signal, its output
+    appended to ``log_path``. The one owner of start, liveness, signals and SIGKILL for the embedded
+    servers (``apache_kafka``) and the test suite's cluster daemons (``tests/support/daemons.py``)."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None and self.running else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status of a process that was started and has ended (``None`` otherwise)."""
+        return None if self._popen is None else self._popen.poll()
+
+    def start(self, command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
+              banner: str | None = None) -> None:
+        """Start ``command``; ``banner`` is written to the log first (a restart appends to it)."""
+        with self.log_path.open("ab") as log:
+            if banner:
+                log.write(f"--- pgbridge.embedded: {banner}\n".encode())
+                log.flush()
+            self._popen = subprocess.Popen([*death_signal_prefix(), *command], stdin=subprocess.DEVNULL,
+                                           stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                                           env=dict(env) if env is not None else None, start_new_session=True)
+
+    def signal(self, signum: signal.Signals) -> None:
+        """``signum`` to the process, if it runs."""
+        if self._popen is not None and self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._popen.pid, signum)
+
+    def kill(self, *, session: bool = False) -> None:
+        """SIGKILL (to the whole session with ``session``) and wait for the process."""
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if session:
+                os.killpg(popen.pid, signal.SIGKILL)
+            else:
+                popen.kill()
+        popen.wait(30)
+
+    def terminate(self, timeout: float) -> None:
+        """SIGTERM and wait up to ``timeout`` (a controlled shutdown), then SIGKILL."""
+        popen, self._popen = self._popen, None
+        if popen is None or popen.poll() is not None:
+            return
+        popen.terminate()
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)

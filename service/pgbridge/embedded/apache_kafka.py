@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Final
 
 from pgbridge.embedded import EmbeddedError
-from pgbridge.embedded._process import death_signal_prefix, log_tail, remove_stale_dirs, wait_for
+from pgbridge.embedded._process import ServerProcess, remove_stale_dirs, wait_for
 from pgbridge.embedded.ports import free_port
 
 HOST: Final = "127.0.0.1"
@@ -137,7 +137,7 @@ class KafkaNode:
         self.log_dir = self.dir / "data"
         self.config_path = self.dir / "server.properties"
         self.log_path = self.dir / "server.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process = ServerProcess(self.log_path)
 
     def __repr__(self) -> str:
         return f"<KafkaNode {self.node_id} {HOST}:{self.port} {'running' if self.running else 'stopped'}>"
@@ -152,11 +152,11 @@ class KafkaNode:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None and self.running else None
+        return self._process.pid
 
     def write_config(self, voters: str, overrides: dict[str, str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -178,50 +178,27 @@ class KafkaNode:
         """Start the JVM on its existing log (a restart keeps every record); does not wait."""
         if self.running:
             raise EmbeddedError(f"{self!r} is already running")
-        with self.log_path.open("ab") as log:
-            log.write(f"--- pgbridge.embedded: starting node {self.node_id}\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                [*death_signal_prefix(), *self.cluster.java("kafka.Kafka", str(self.config_path))],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
-                start_new_session=True)
+        self._process.start(self.cluster.java("kafka.Kafka", str(self.config_path)), cwd=self.dir,
+                            banner=f"starting node {self.node_id}")
 
     def kill(self) -> None:
         """SIGKILL (``kill -9``): no controlled shutdown, the log stays as the crash left it."""
-        self._signal(signal.SIGKILL)
-        if self._process is not None:
-            self._process.wait(30)
-            self._process = None
+        self._process.kill()
 
     def stop(self) -> None:
         """SIGTERM and wait: a controlled shutdown that hands leadership away first."""
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            self.resume()  # a paused JVM would never handle SIGTERM
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(30)
-        self._process = None
+        self.resume()  # a paused JVM would never handle SIGTERM
+        self._process.terminate(60)
 
     def pause(self) -> None:
         """SIGSTOP: the process stays, its sockets stay open, nothing answers."""
-        self._signal(signal.SIGSTOP)
+        self._process.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, signum: signal.Signals) -> None:
-        if self._process is not None and self._process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._process.pid, signum)
+        self._process.signal(signal.SIGCONT)
 
     def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
+        return self._process.log_tail(lines)
 
 
 def _brokers_seen_by(address: str) -> set[int]:
@@ -307,9 +284,9 @@ class KafkaCluster:
         def ready() -> bool:
             running = [node for node in self.nodes if node.running]
             for node in self.nodes:
-                if node._process is not None and node._process.poll() is not None:
+                if node._process.exit_code is not None:
                     raise EmbeddedError(f"Kafka node {node.node_id} exited with "
-                                        f"{node._process.returncode}; log {node.log_path}:\n{node.log_tail()}")
+                                        f"{node._process.exit_code}; log {node.log_path}:\n{node.log_tail()}")
             want = {node.node_id for node in running}
             return all(want <= _brokers_seen_by(node.address) for node in running)
 
