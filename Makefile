@@ -33,7 +33,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: deps lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 unit: install
 	$(PY) -m pytest -q tests/unit
