@@ -12,6 +12,9 @@ transaction, single-row transactions, wide rows, updates on a REPLICA IDENTITY F
    bridge's average size (the broker limit); then a pass of its own with ``pg_recvlogical``
    streaming live while the workload commits (the floor under any consumer's lag).
 
+With ``--spark``, after each pgbridge pass the Spark Delta mirror job applies that pass's topic
+(``e2e/spark_mirror.py``): its rate is reported beside the bridge's.
+
 Measured per pass: end-to-end rows/s from the first commit to the moment the last record was
 read back from Kafka, lag after the last commit, commit→Kafka-timestamp latency p50/p99 over
 sampled records, CPU seconds per million rows and peak RSS of the system's process. The table is
@@ -37,6 +40,7 @@ import psycopg  # noqa: E402
 from e2e import anchors, workloads  # noqa: E402
 from e2e.report import Anchor, PassResult, RunReport, machine, percentile  # noqa: E402
 from e2e.services import Services, running_services  # noqa: E402
+from e2e.spark_mirror import SparkMirror  # noqa: E402
 from e2e.systems import Pgbridge, System, sample_or_fail, usage  # noqa: E402
 from e2e.tail import TopicTail  # noqa: E402
 
@@ -77,7 +81,7 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 def run_pass(services: Services, workload: workloads.Workload, system: System, report: RunReport,
              *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None,
-             load_rate: float | None = None) -> None:
+             load_rate: float | None = None, spark: SparkMirror | None = None) -> None:
     name = f"{workload.name}_{system.key}"
     log(f"{workload.name}: {system.label} pass, {workload.rows:,} rows")
     dsn = fresh_database(services, name, workload)
@@ -138,6 +142,11 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
                                      cpu_s_per_million=(raw.cpu_s or 0) / workload.rows * 1e6,
                                      peak_rss_mb=raw.peak_rss_mb))
         log(f"  raw producer: {raw.rows_per_s:,.0f} records/s")
+    if spark is not None and system.key == "pgbridge":
+        mirrored = spark.apply(services.bootstrap, name, TABLE, workload.rows)
+        report.anchors.append(Anchor(workload.name, "spark delta mirror", mirrored.rows_per_s, mirrored.seconds))
+        log(f"  Spark Delta mirror: {mirrored.rows_per_s:,.0f} changes/s "
+            f"({mirrored.micro_batches} micro-batches, {mirrored.seconds:.1f} s)")
     drop_database(services, name)
 
 
@@ -206,6 +215,8 @@ def main() -> int:
                         help="extra PGBRIDGE_* setting for the bridge, e.g. PGBRIDGE_KAFKA__LINGER_MS=20 (repeatable)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="sample pgbridge with py-spy during each pass, collapsed stacks into this directory")
+    parser.add_argument("--spark", action="store_true",
+                        help="after each pgbridge pass, the Spark Delta mirror applies its topic (local[2])")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latest.json")
     args = parser.parse_args()
 
@@ -218,6 +229,7 @@ def main() -> int:
         prepare = getattr(system, "prepare", None)
         if prepare is not None:
             prepare()
+    spark = SparkMirror() if args.spark else None
     with running_services(args.broker) as services:
         log(f"PostgreSQL {services.cluster.version} on {services.cluster.port}, {'Apache Kafka' if args.broker == 'kafka' else 'Tansu'} on {services.bootstrap}")
         for workload in chosen:
@@ -225,9 +237,11 @@ def main() -> int:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"
                                                                            and not args.no_anchors),
                          log_dir=log_dir, profile_dir=args.profile if system.key in ("pgbridge", "baseline") else None,
-                         load_rate=args.load_rate)
+                         load_rate=args.load_rate, spark=spark)
             if not args.no_anchors and "pgbridge" in args.systems.split(","):
                 run_walsender_pass(services, workload, report, args.load_rate)
+    if spark is not None:
+        spark.close()
     report.machine["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     report.save(args.json)
     print(report.table())

@@ -91,7 +91,8 @@ def updates(rows: int, count: int, round_: int) -> Iterator[tuple[int, dict[str,
 
 
 def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
-    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+    from pgbridge_spark.config import MirrorConfig
+    from pgbridge_spark.mirror import MirrorJob
 
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
                           checkpoint=str(out / "checkpoint"), tables=("public.narrow",))
@@ -111,7 +112,8 @@ def streaming(spark: Any, bootstrap: str, out: Path, rows: int, changes: int, ro
     batches, all applied by one running query (each produced once the previous batch is applied)."""
     import queue
 
-    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+    from pgbridge_spark.config import MirrorConfig
+    from pgbridge_spark.mirror import MirrorJob
 
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
                           checkpoint=str(out / "checkpoint"), tables=("public.narrow",), trigger_seconds=0.5)

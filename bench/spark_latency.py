@@ -54,7 +54,8 @@ def main() -> int:
     parser.add_argument("--consistent", action="store_true", help="transaction-consistent mode")
     args = parser.parse_args()
 
-    from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
+    from pgbridge_spark.config import MirrorConfig
+    from pgbridge_spark.mirror import BatchResult, MirrorJob
     from pgbridge_spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="pgbridge-spark-bench-"))

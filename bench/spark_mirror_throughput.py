@@ -172,7 +172,8 @@ def session(jars: str) -> Any:
 
 def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, expected: int,
                 tables: tuple[str, ...] = ("public.narrow",)) -> dict[str, Any]:
-    from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+    from pgbridge_spark.config import MirrorConfig
+    from pgbridge_spark.mirror import MirrorJob
 
     run = Path(tempfile.mkdtemp(prefix=f"{decoder}-", dir=work))
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(run / "out"),

@@ -78,7 +78,10 @@ class RunReport:
                 cpu = f"{a.cpu_s_per_million:.1f}" if a.cpu_s_per_million is not None else ""
                 rss = f"{a.peak_rss_mb:.0f}" if a.peak_rss_mb is not None else ""
                 lag = f"{a.lag_s:.2f}" if a.lag_s is not None else ""
-                lines.append(f"| {workload} | *{a.name}* | | | {a.rows_per_s:,.0f} | {lag} | | {cpu} | {rss} | anchor |")
+                ratio = "anchor"
+                if a.name == "spark delta mirror" and "pgbridge" in passes:
+                    ratio = f"{a.rows_per_s / passes['pgbridge'].rows_per_s:.2f}x pgbridge"
+                lines.append(f"| {workload} | *{a.name}* | | | {a.rows_per_s:,.0f} | {lag} | | {cpu} | {rss} | {ratio} |")
         return "\n".join(lines)
 
 

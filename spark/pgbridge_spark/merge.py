@@ -25,15 +25,18 @@ column's value through every rule above (a map cannot be grouped or carried per 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
+    ByteType,
+    IntegerType,
     LongType,
     MapType,
+    ShortType,
     StringType,
     StructField,
     StructType,
@@ -169,6 +172,39 @@ class MergePlan:
     insert: Mapping[str, Column]
     truncate_before: Position | None  # WHEN NOT MATCHED BY SOURCE AND position < this THEN DELETE
     truncate_update: Mapping[str, Column] | None = None  # ... THEN UPDATE SET this instead (history)
+
+
+KEY_LOW: Final = "key_low"
+KEY_HIGH: Final = "key_high"
+
+
+def range_key(key_type: StructType | None) -> str | None:
+    """The key column a ``MERGE`` can be bounded by (``with_key_range``): a single integral one,
+    whose minimum and maximum Delta keeps per file (the common serial / identity key)."""
+    if key_type is None or len(key_type.fields) != 1:
+        return None
+    field = key_type.fields[0]
+    return field.name if isinstance(field.dataType, (ByteType, ShortType, IntegerType, LongType)) else None
+
+
+def key_bounds(key: str) -> list[Column]:
+    """Aggregates of a batch of change rows: the lowest and highest value of ``key`` in either
+    image (a delete's and a key change's old key is in ``before``), ``KEY_LOW`` / ``KEY_HIGH``."""
+    after, before = F.col("after").getField(key), F.col("before").getField(key)
+    return [F.min(F.least(after, before)).alias(KEY_LOW), F.max(F.greatest(after, before)).alias(KEY_HIGH)]
+
+
+def with_key_range(plan: MergePlan, key: str, low: int, high: int) -> MergePlan:
+    """``plan`` whose condition also bounds the target's ``key`` to ``[low, high]``, the batch's keys.
+
+    A predicate on the target alone is what Delta's ``MERGE`` skips files by (their key
+    minimum/maximum): a batch of recent inserts or of one hot key then reads the files holding its
+    range, not the whole table. It changes no outcome: every source row's key is inside the range,
+    so the same pairs match. Not for a plan with a truncate (``WHEN NOT MATCHED BY SOURCE`` reads
+    every file anyway)."""
+    if plan.truncate_before is not None:
+        return plan
+    return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} BETWEEN {int(low)} AND {int(high)}")
 
 
 def _newer() -> str:

@@ -28,8 +28,6 @@ Run it: ``python -m pgbridge_spark.mirror --bootstrap-servers HOST:9092 --prefix
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import logging
 import os
@@ -38,7 +36,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +45,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from pgbridge_spark import delta_tables
+from pgbridge_spark.config import MirrorConfig, parse_args
 from pgbridge_spark.decode import (
     SchemaCatalog,
     decode_boundaries,
@@ -61,23 +60,28 @@ from pgbridge_spark.jvm_decode import (
     jvm_change_frame,
     require_spark_avro,
 )
-from pgbridge_spark.kafka import read_schema_topic, refuse_multi_table, table_topic_pattern, topic_name
+from pgbridge_spark.kafka import read_schema_topic, refuse_multi_table, table_topic_pattern
 from pgbridge_spark.merge import (
     COMMIT_LSN_COLUMN,
     HISTORY_FIELDS,
+    KEY_HIGH,
+    KEY_LOW,
     TOTAL_ORDER_COLUMN,
     UNREPRESENTABLE_COLUMN,
     UNREPRESENTABLE_MIRROR_TYPE,
     Position,
     history_plan,
     history_source,
+    key_bounds,
     keyed_plan,
     keyless_plan,
     keyless_source,
     mirror_rows,
     quoted,
+    range_key,
     reduce_keyed,
     stored_entries,
+    with_key_range,
 )
 from pgbridge_spark.packages import MissingJars
 from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
@@ -89,55 +93,10 @@ log = logging.getLogger("pgbridge_spark.mirror")
 
 CONTROL_DIR: Final = "_pgbridge"
 PENDING: Final = f"{CONTROL_DIR}/pending"
-MODES: Final = ("mirror", "changelog")
-DECODERS: Final = ("jvm", "python")
-DEFAULT_DECODER: Final = "jvm"
 _HEADER: Final = "CASE WHEN substring({c}, 1, 1) = X'00' THEN substring({c}, 1, 5) ELSE substring({c}, 1, 10) END"
 POSITION_FIELDS: Final = (StructField(UNREPRESENTABLE_COLUMN, UNREPRESENTABLE_MIRROR_TYPE, True),
                           StructField(COMMIT_LSN_COLUMN, LongType(), True),
                           StructField(TOTAL_ORDER_COLUMN, LongType(), True))
-
-
-@dataclass
-class MirrorConfig:
-    bootstrap_servers: str
-    prefix: str
-    output: str
-    checkpoint: str
-    mode: str = "mirror"  # mirror | changelog
-    consistent: bool = False
-    decoder: str = DEFAULT_DECODER  # jvm (spark-avro's from_avro) | python (fastavro in mapInArrow)
-    tables: Sequence[str] = ()  # "schema.table"; empty: every table topic of the prefix
-    schema_registry_url: str | None = None
-    max_offsets_per_trigger: int | None = None
-    trigger_seconds: float = 1.0
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
-    # The topics come from pgbridge's kafka.exactly_once: read_committed sees no duplicate, so the
-    # per-batch duplicate filter (a shuffle) is skipped.
-    exactly_once: bool = False
-    history: bool = False  # mirror mode: keep every version of a keyed table's rows (SCD type 2)
-    compact_every: int = 0  # OPTIMIZE the tables a batch touched every N batches (0: never)
-    retention_hours: float | None = None  # VACUUM after compaction, keeping this many hours of files
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
-        if self.decoder not in DECODERS:
-            raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
-        if self.history and self.mode != "mirror":
-            raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
-
-    @property
-    def transactions_topic(self) -> str:
-        return topic_name(self.prefix, "transactions")
-
-    def table_topics(self) -> list[str]:
-        return [topic_name(self.prefix, *t.split(".", 1)) for t in self.tables]
-
-    @property
-    def app_id(self) -> str:
-        """Delta's ``txnAppId`` of this job: one per checkpoint (a new checkpoint numbers batches anew)."""
-        return "pgbridge-mirror-" + hashlib.sha256(self.checkpoint.rstrip("/").encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -372,13 +331,16 @@ class MirrorJob:
     @staticmethod
     def _stats(table: _TableBatch) -> list[Any]:
         """One aggregation per table and batch: per (partition, writer schema) the count, the
-        highest position, the highest truncate and whether TOAST values were left out."""
+        highest position, the highest truncate, whether TOAST values were left out and, for a single
+        integral key, the lowest and highest key (``merge.key_bounds``)."""
+        key = range_key(table.key_type)
         return (table.changes.groupBy("partition", "schema_id")
                 .agg(F.count(F.lit(1)).alias("n"),
                      F.max(F.struct("commit_lsn", "total_order")).alias("top"),
                      F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "total_order"))).alias("truncate"),
                      F.max(F.when(F.col("op") == "t", F.col("source.ts_us"))).alias("truncate_time"),
-                     F.max(F.size("unchanged_toast_columns")).alias("toast"))
+                     F.max(F.size("unchanged_toast_columns")).alias("toast"),
+                     *(key_bounds(key) if key is not None else []))
                 .collect())
 
     @staticmethod
@@ -465,14 +427,19 @@ class MirrorJob:
             delta_tables.append(frame, table.path, self.config.app_id, batch_id, metadata,
                                 options={"mergeSchema": "true"})
         else:
+            lows = [r[KEY_LOW] for r in stats if KEY_LOW in r and r[KEY_LOW] is not None]
+            highs = [r[KEY_HIGH] for r in stats if KEY_HIGH in r and r[KEY_HIGH] is not None]
+            key_range = (min(lows), max(highs)) if lows and highs else None
             self._write_mirror(spark, table, (truncate, truncate_time), any(r["toast"] > 0 for r in stats), resets,
-                               batch_id, metadata)
+                               batch_id, metadata, key_range)
         self._progress[table.path] = progress
         return count
 
     def _write_mirror(self, spark: SparkSession, table: _TableBatch, truncated: tuple[Position | None, int | None],
-                      with_toast: bool, resets: Mapping[str, Position], batch_id: int, metadata: str) -> None:
-        """One commit: an append into a table with nothing stored yet, else one ``MERGE``."""
+                      with_toast: bool, resets: Mapping[str, Position], batch_id: int, metadata: str,
+                      key_range: tuple[int, int] | None = None) -> None:
+        """One commit: an append into a table with nothing stored yet, else one ``MERGE`` (bounded
+        to the batch's key range when it has one: ``merge.with_key_range``)."""
         path, row_type = table.path, table.row_type
         truncate, truncate_time = truncated
         history = self.config.history and table.key_type is not None
@@ -506,6 +473,9 @@ class MirrorJob:
                 rows = rows.repartitionByRange(*[F.col(quoted(f.name)) for f in table.key_type.fields])
             delta_tables.append(rows, path, self.config.app_id, batch_id, metadata)
         else:
+            key = range_key(table.key_type)
+            if key is not None and key_range is not None:
+                plan_of_merge = with_key_range(plan_of_merge, key, *key_range)
             with delta_tables.commit_options(spark, self.config.app_id, batch_id, metadata):
                 delta_tables.merge(spark, path, source, plan_of_merge)
 
@@ -523,57 +493,6 @@ class MirrorJob:
 
 
 # --- command line --------------------------------------------------------------------------------
-
-
-def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="python -m pgbridge_spark.mirror",
-                                     description="Mirror pgbridge table topics into Delta Lake tables with Spark.")
-    parser.add_argument("--bootstrap-servers", required=True)
-    parser.add_argument("--prefix", default="pgbridge", help="pgbridge kafka.topic_prefix")
-    parser.add_argument("--output", required=True,
-                        help="root of the Delta tables, one per table (hdfs://, s3a://, file:/ URI or a path)")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location (URI or path)")
-    parser.add_argument("--mode", choices=MODES, default="mirror")
-    parser.add_argument("--consistent", action="store_true",
-                        help="apply whole transactions only (uses {prefix}.transactions)")
-    parser.add_argument("--source", choices=("auto", "kafka"), default="kafka",
-                        help="kept for existing command lines: Spark's kafka source is the only source")
-    parser.add_argument("--no-packages", action="store_true",
-                        help="with python -m: do not add the pinned jars (spark-sql-kafka, spark-avro, delta-spark) "
-                             "to Spark, they are on its class path already")
-    parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
-                        help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
-    parser.add_argument("--tables", default="", help="comma list schema.table (default: every table topic)")
-    parser.add_argument("--schema-registry-url", default=None)
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--trigger-seconds", type=float, default=1.0)
-    parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
-    parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
-    parser.add_argument("--driver-memory", default=None,
-                        help="with python -m: the driver's memory (default 4g, enough for a 10M-row snapshot)")
-    parser.add_argument("--exactly-once", action="store_true",
-                        help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
-    parser.add_argument("--history", action="store_true",
-                        help="keep every version of each row (SCD type 2: valid from/to, current flag) instead "
-                             "of the current rows only")
-    parser.add_argument("--compact-every", type=int, default=0, metavar="N",
-                        help="compact (OPTIMIZE) the tables a micro-batch changed every N micro-batches (0: never)")
-    parser.add_argument("--retention-hours", type=float, default=None,
-                        help="after each compaction, VACUUM files older than this (Delta refuses < 168 unless "
-                             "spark.databricks.delta.retentionDurationCheck.enabled=false)")
-    parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="Kafka consumer property (repeatable)")
-    args = parser.parse_args(argv)
-    options = dict(item.split("=", 1) for item in args.kafka_option)
-    config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
-                          checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent,
-                          decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
-                          schema_registry_url=args.schema_registry_url,
-                          max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
-                          kafka_options=options, exactly_once=args.exactly_once, history=args.history,
-                          compact_every=args.compact_every,
-                          retention_hours=args.retention_hours)
-    return config, args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

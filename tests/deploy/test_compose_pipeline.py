@@ -2,7 +2,7 @@
 with Prometheus (alert rules loaded) and Grafana.
 
 No Docker daemon is needed: the file is read as data and every part checked against what it talks
-to. The Spark job's arguments go through the job's own parser (``pgbridge_spark.mirror.parse_args``)
+to. The Spark job's arguments go through the job's own parser (``pgbridge_spark.config.parse_args``)
 and must name the broker, prefix and registry pgbridge uses; the connector packages must be the
 Spark version CI tested (constraints.txt); the Spark image's Dockerfile passes hadolint and its build
 context (``Dockerfile.dockerignore``) holds what it copies; Prometheus's rule_files resolve to the
@@ -97,12 +97,12 @@ def test_compose_spark_job_submits_the_mirror_with_the_tested_spark_connectors()
 
 
 def test_compose_spark_job_reads_what_pgbridge_writes_and_keeps_the_mirror_in_a_volume() -> None:
-    from pgbridge_spark import mirror  # pgbridge[spark] is part of the development install
+    from pgbridge_spark import config as job_config  # pgbridge[spark] is part of the development install
 
     services = _compose()["services"]
     options, _, arguments = _spark_submit_parts(_spark_command())
     try:
-        config, _args = mirror.parse_args(arguments)
+        config, _args = job_config.parse_args(arguments)
     except SystemExit:
         pytest.fail(f"the mirror job rejects its compose arguments {arguments}")
     env = _environment(services["pgbridge"])

@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import read_delta, run_available_now, wait_published
 from tests.spark.test_mirror_end_to_end import republish
 from tests.support.bridge import BridgeProcess, bridge_env

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from pyspark.errors import AnalysisException
 
-from pgbridge_spark.mirror import BatchResult, MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import BatchResult, MirrorJob
 from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker

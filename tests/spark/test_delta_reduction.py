@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from pgbridge_spark import delta_tables
 from pgbridge_spark.evolution import table_schema
@@ -26,12 +27,15 @@ from pgbridge_spark.merge import (
     VALID_TO_LSN,
     history_plan,
     history_source,
+    key_bounds,
     keyed_plan,
     keyless_plan,
     keyless_source,
     mirror_rows,
+    range_key,
     reduce_keyed,
     stored_entries,
+    with_key_range,
 )
 from pgbridge_spark.mirror import POSITION_FIELDS
 from pgbridge_spark.schemas import change_type
@@ -143,3 +147,44 @@ def test_history_keeps_every_version_with_its_validity_and_a_delete_closes_the_r
     assert merge([change("u", 20, 1, None, (1, "b", None)), change("u", 21, 1, None, (1, "c", None)),
                   change("d", 22, 1, (2, None, None), None)]) == [
         (1, "a", 10, 20, False), (1, "b", 20, 21, False), (1, "c", 21, None, True), (2, "x", 10, 22, False)]
+
+
+def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_range(spark: Any, tmp_path: Path) -> None:
+    # given: 400 rows in four files of disjoint key ranges (the mirror's first write), and every file
+    # but the one holding key 7 made unreadable
+    path = str(tmp_path / "ranges")
+    delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+    first = spark.createDataFrame([change("c", 10, i, None, (i, "v", None)) for i in range(400)], change_type(ROW, KEY))
+    (mirror_rows(reduce_keyed(first, ROW, ["id"], None, False), ROW, True).repartitionByRange(4, "id")
+     .write.format("delta").mode("append").save(path))
+    files = {r["file"]: r["low"] for r in spark.read.format("delta").load(path).groupBy(
+        F.col("_metadata.file_path").alias("file")).agg(F.min("id").alias("low")).collect()}
+    assert len(files) == 4
+    holding_7 = max((f for f, low in files.items() if low <= 7), key=lambda f: files[f])
+    for file in files:
+        if file != holding_7:
+            Path(file.removeprefix("file:")).write_bytes(b"not parquet")
+    batch = spark.createDataFrame([change("u", 20, 1, None, (7, "new", None))], change_type(ROW, KEY))
+    source = reduce_keyed(batch, ROW, ["id"], None, False)
+    key = range_key(KEY)
+    assert key == "id"
+    low, high = batch.agg(*key_bounds(key)).first()
+    assert (low, high) == (7, 7)
+    # then: without the bound the MERGE reads every file and fails on a broken one ...
+    with pytest.raises(Exception, match=r"(?i)parquet|corrupt|magic"):
+        delta_tables.merge(spark, path, source, keyed_plan(ROW, ["id"], None))
+    # ... with it, Delta skips the files whose key range misses 7, and the row is updated
+    delta_tables.merge(spark, path, source, with_key_range(keyed_plan(ROW, ["id"], None), key, low, high))
+    updated = spark.read.format("delta").load(path).where("id = 7").collect()
+    assert [(r["id"], r["v"]) for r in updated] == [(7, "new")]
+
+
+def test_the_key_range_bounds_only_single_integral_keys_and_plans_without_a_truncate() -> None:
+    assert range_key(StructType([StructField("id", LongType())])) == "id"
+    assert range_key(StructType([StructField("code", StringType())])) is None
+    assert range_key(StructType([StructField("a", IntegerType()), StructField("b", IntegerType())])) is None
+    assert range_key(None) is None
+    plan = keyed_plan(ROW, ["id"], None)
+    assert with_key_range(plan, "id", -5, 9).condition == "t.`id` = s.`id` AND t.`id` BETWEEN -5 AND 9"
+    truncating = keyed_plan(ROW, ["id"], (30, 1))
+    assert with_key_range(truncating, "id", 1, 2) == truncating

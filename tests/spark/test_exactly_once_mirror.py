@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
 from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, workload
 from tests.support.bridge import BridgeProcess, bridge_env

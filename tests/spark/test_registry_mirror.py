@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker

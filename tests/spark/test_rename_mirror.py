@@ -18,7 +18,8 @@ from confluent_kafka import Producer
 from fastavro import parse_schema, schemaless_writer
 
 from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import read_delta, run_available_now
 from tests.spark.test_decoders_agree import SOURCE, TRANSACTION
 from tests.support.broker import Broker

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker

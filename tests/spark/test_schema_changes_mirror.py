@@ -17,7 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbridge_spark.mirror import MirrorConfig, MirrorJob
+from pgbridge_spark.config import MirrorConfig
+from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker

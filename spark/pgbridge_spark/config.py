@@ -1,0 +1,112 @@
+"""The mirror job's settings (``MirrorConfig``) and the command line that makes them.
+
+One owner for what a user can set: ``python -m pgbridge_spark.mirror`` / ``spark-submit mirror.py``
+parse their arguments here, and tests and benchmarks build the same ``MirrorConfig`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from pgbridge_spark.kafka import topic_name
+
+MODES: Final = ("mirror", "changelog")
+DECODERS: Final = ("jvm", "python")
+DEFAULT_DECODER: Final = "jvm"
+
+
+@dataclass
+class MirrorConfig:
+    bootstrap_servers: str
+    prefix: str
+    output: str
+    checkpoint: str
+    mode: str = "mirror"  # mirror | changelog
+    consistent: bool = False
+    decoder: str = DEFAULT_DECODER  # jvm (spark-avro's from_avro) | python (fastavro in mapInArrow)
+    tables: Sequence[str] = ()  # "schema.table"; empty: every table topic of the prefix
+    schema_registry_url: str | None = None
+    max_offsets_per_trigger: int | None = None
+    trigger_seconds: float = 1.0
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # The topics come from pgbridge's kafka.exactly_once: read_committed sees no duplicate, so the
+    # per-batch duplicate filter (a shuffle) is skipped.
+    exactly_once: bool = False
+    history: bool = False  # mirror mode: keep every version of a keyed table's rows (SCD type 2)
+    compact_every: int = 0  # OPTIMIZE the tables a batch touched every N batches (0: never)
+    retention_hours: float | None = None  # VACUUM after compaction, keeping this many hours of files
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
+        if self.history and self.mode != "mirror":
+            raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
+
+    @property
+    def transactions_topic(self) -> str:
+        return topic_name(self.prefix, "transactions")
+
+    def table_topics(self) -> list[str]:
+        return [topic_name(self.prefix, *t.split(".", 1)) for t in self.tables]
+
+    @property
+    def app_id(self) -> str:
+        """Delta's ``txnAppId`` of this job: one per checkpoint (a new checkpoint numbers batches anew)."""
+        return "pgbridge-mirror-" + hashlib.sha256(self.checkpoint.rstrip("/").encode()).hexdigest()[:16]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(prog="python -m pgbridge_spark.mirror",
+                                     description="Mirror pgbridge table topics into Delta Lake tables with Spark.")
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--prefix", default="pgbridge", help="pgbridge kafka.topic_prefix")
+    parser.add_argument("--output", required=True,
+                        help="root of the Delta tables, one per table (hdfs://, s3a://, file:/ URI or a path)")
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location (URI or path)")
+    parser.add_argument("--mode", choices=MODES, default="mirror")
+    parser.add_argument("--consistent", action="store_true",
+                        help="apply whole transactions only (uses {prefix}.transactions)")
+    parser.add_argument("--source", choices=("auto", "kafka"), default="kafka",
+                        help="kept for existing command lines: Spark's kafka source is the only source")
+    parser.add_argument("--no-packages", action="store_true",
+                        help="with python -m: do not add the pinned jars (spark-sql-kafka, spark-avro, delta-spark) "
+                             "to Spark, they are on its class path already")
+    parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
+                        help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
+    parser.add_argument("--tables", default="", help="comma list schema.table (default: every table topic)")
+    parser.add_argument("--schema-registry-url", default=None)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument("--trigger-seconds", type=float, default=1.0)
+    parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
+    parser.add_argument("--driver-memory", default=None,
+                        help="with python -m: the driver's memory (default 4g, enough for a 10M-row snapshot)")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
+    parser.add_argument("--history", action="store_true",
+                        help="keep every version of each row (SCD type 2: valid from/to, current flag) instead "
+                             "of the current rows only")
+    parser.add_argument("--compact-every", type=int, default=0, metavar="N",
+                        help="compact (OPTIMIZE) the tables a micro-batch changed every N micro-batches (0: never)")
+    parser.add_argument("--retention-hours", type=float, default=None,
+                        help="after each compaction, VACUUM files older than this (Delta refuses < 168 unless "
+                             "spark.databricks.delta.retentionDurationCheck.enabled=false)")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="Kafka consumer property (repeatable)")
+    args = parser.parse_args(argv)
+    options = dict(item.split("=", 1) for item in args.kafka_option)
+    config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
+                          checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent,
+                          decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
+                          schema_registry_url=args.schema_registry_url,
+                          max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
+                          kafka_options=options, exactly_once=args.exactly_once, history=args.history,
+                          compact_every=args.compact_every,
+                          retention_hours=args.retention_hours)
+    return config, args
