@@ -149,19 +149,9 @@ def _session(batches: list[list[memoryview]], spill: Path) -> tuple[Any, _Publis
                             key_resolver=lambda _relation: ("id",))  # the primary key, as KeyColumns names it
     session.dispatcher = Dispatcher(encoder=encoder, deliveries=deliveries,
                                     filter=PublishFilter.of(publisher.config), incremental=None)
-    _with_lane(session)
     session.reporter = ProgressReporter(tracker, metrics, SlotIdentity(), status_interval_s=10.0, stall_s=60.0)
     session._housekeeping = lambda **_: None
     return session, publisher
-
-
-def _with_lane(session: Any) -> None:
-    """A tree that still has the insert lane (pgbridge/lane.py, before issue 24) runs it, as ``open`` does."""
-    try:
-        from pgbridge.lane import InsertLane  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return
-    session.lane = InsertLane.of(assembler=session.assembler, dispatcher=session.dispatcher)
 
 
 def main() -> None:

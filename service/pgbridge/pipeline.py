@@ -37,21 +37,15 @@ from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.check.postgres import require_logical_wal
 from pgbridge.config import Settings, ToastConfig, TypesConfig
-from pgbridge.decode.pgoutput import ROW_MESSAGES, PgoutputDecoder
+from pgbridge.decode.messages import Message
+from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode import NumericPolicy
 from pgbridge.encode.columns import ColumnRules, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
 from pgbridge.encode.renames import RenameHistory
 from pgbridge.encode.schema_change import SchemaChanges
-from pgbridge.errors import (
-    PgbridgeError,
-    PublishError,
-    SlotInUse,
-    StopRequested,
-    TransientError,
-)
+from pgbridge.errors import PgbridgeError, PublishError, SlotInUse, StopRequested, TransientError
 from pgbridge.health import Health
-from pgbridge.lane import INSERT_MIN_BYTES, INSERT_TAG, INSERT_TAG_AT, ROW_TAGS, InsertLane
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
 from pgbridge.metrics import EncodeMetrics, Metrics, reconnect_target
@@ -81,7 +75,14 @@ from pgbridge.snapshot.sink import SnapshotSink
 from pgbridge.source import slots
 from pgbridge.source.connection import ReplicationConnection
 from pgbridge.source.ddl_trigger import prepare_ddl_capture
-from pgbridge.source.frames import XLOG_TAG, Keepalive, parse_copy_message, split_xlog
+from pgbridge.source.frames import (
+    XLOG_PAYLOAD_AT,
+    XLOG_TAG,
+    Keepalive,
+    parse_copy_message,
+    split_xlog,
+    xlog_positions,
+)
 from pgbridge.source.keys import KeyColumns
 from pgbridge.source.monitor import SlotIdentity
 from pgbridge.source.options import negotiate_proto_version, replication_options
@@ -212,7 +213,6 @@ class Session:
         self.incremental: IncrementalSnapshotter | None = None
         self.stream: ReplicationStream | None = None
         self.decoder: PgoutputDecoder | None = None
-        self.lane: InsertLane | None = None
         self._jobs: list[Job] = [KafkaProbe(self.publisher)]
         self._between_transactions: list[Job] = []
         self._gauges = AssemblerGauges(self.assembler, metrics)
@@ -236,7 +236,6 @@ class Session:
             incremental=snapshotter, outbox=outbox)
         if pg.ddl_events:
             conn.encoder.schema_changes = _schema_changes(self.settings, conn, self.progress.topic, records)
-        self.lane = InsertLane.of(assembler=self.assembler, dispatcher=dispatcher)
         self._prepare_slot(conn, records, partial(_BeatingSnapshotSink, deliveries, conn.encoder, self.progress,
                                                   outbox=outbox, health=self.health))
         # Exactly-once: fence older producers only now that the slot is ours, then learn what is
@@ -304,45 +303,42 @@ class Session:
     def run(self) -> None:
         """Frames in batches (``read_batch``); XLogData straight to decode → assemble → dispatch.
 
-        A plain transaction's row goes from the decoder to the assembler's ``plain_row`` and the
-        dispatcher's ``row``; an insert the lane is ready for takes the insert lane (lane.py)."""
+        A plain transaction's row takes each stage's row entry, one call each, bound here: the
+        decoder's ``read_row`` reads it in place from the frame, the assembler's ``plain_row``
+        makes its change, the dispatcher's ``row`` publishes it. Every other message, and a row a
+        stage declines (streamed, or of a table the capture filter drops), goes through ``decode``,
+        ``feed`` and ``handle``."""
         assert self.stream is not None and self.decoder is not None and self.dispatcher is not None
         read_batch = self.stream.read_batch
-        decode = self.decoder.decode
-        plain_row = self.assembler.plain_row
-        feed = self.assembler.feed
-        row = self.dispatcher.row
-        handle = self.dispatcher.handle
-        lane = self.lane
-        lane_open = lane is not None and lane.ready()
-        reporter = self.reporter
+        decoder = self.decoder
+        read_row, decode = decoder.read_row, decoder.decode
+        plain_row, feed = self.assembler.plain_row, self.assembler.feed
+        row, handle = self.dispatcher.row, self.dispatcher.handle
+        received = self.reporter.received
         stop = self.stop
         frames = 0
         while not stop.is_set():
             batch = read_batch(0.1)
             if not batch:
                 self._housekeeping(reply_requested=False)
-                lane_open = lane is not None and lane.ready()
                 continue
             large = len(batch[-1]) >= LARGE_FRAME_BYTES  # only ever last (read_batch)
             for payload in batch[:-1] if large else batch:
                 if payload[0] == XLOG_TAG:
-                    if lane_open and len(payload) > INSERT_MIN_BYTES and payload[INSERT_TAG_AT] == INSERT_TAG:
-                        assert lane is not None
-                        wal_end = lane.insert(bytes(payload))
-                        if wal_end:  # published; otherwise the stages take it below
-                            reporter.received(wal_end)
-                            frames += 1
-                            continue
-                    wal_start, wal_end, body = split_xlog(payload)
-                    reporter.received(wal_end)
-                    message = decode(body)
-                    if type(message) in ROW_MESSAGES:  # a plain transaction's row: straight to the dispatcher
-                        change = plain_row(message, wal_start)  # type: ignore[arg-type]
+                    wal_start, wal_end = (xlog_positions(payload) if len(payload) > XLOG_PAYLOAD_AT
+                                          else split_xlog(payload)[:2])  # raises on a header cut short
+                    received(wal_end)
+                    row_message = read_row(payload, XLOG_PAYLOAD_AT)
+                    if row_message is None:
+                        message: Message = decode(payload[XLOG_PAYLOAD_AT:])
+                        read_row = decoder.read_row  # a Stream Start or Stop changes it
+                    else:  # a row: a plain transaction's goes straight to the dispatcher
+                        change = plain_row(row_message, wal_start)
                         if change is not None:
                             row(change)
                             frames += 1
                             continue
+                        message = row_message
                     events = 0
                     for event in feed(message, wal_start):
                         handle(event)
@@ -353,21 +349,18 @@ class Session:
                             events = 0
                             self._housekeeping(reply_requested=False)
                     frames += 1
-                    if lane is not None and body[0] not in ROW_TAGS:  # BEGIN, COMMIT, Relation…: ask again
-                        lane_open = lane.ready()
                 else:
                     frame = parse_copy_message(payload)
                     assert isinstance(frame, Keepalive)  # the only other tag parse_copy_message accepts
-                    reporter.server_lsn = frame.wal_end
+                    self.reporter.server_lsn = frame.wal_end
                     self._housekeeping(reply_requested=frame.reply_requested)
             if large:
                 self._large_frame(batch)
+                read_row = decoder.read_row
                 frames += 1
             if frames >= HOUSEKEEPING_EVERY:
                 frames = 0
                 self._housekeeping(reply_requested=False)
-            if lane is not None:
-                lane_open = lane.ready()
 
     def _large_frame(self, batch: list[memoryview]) -> None:
         """The batch's last frame, a huge one (a row holding a value of hundreds of MB, issue 16):
@@ -501,13 +494,9 @@ def _schema_changes(settings: Settings, conn: Connections, history_topic: str,
     history = RenameHistory.load(records, pg.slot, None if info is None else info.confirmed_flush_lsn)
     selection = stream_filter(pg)
     return SchemaChanges(encoder=conn.encoder, history=history, publication=pg.publication,
-                         captured=_every_table if selection is None else selection.matches,
+                         captured=(lambda _schema, _table: True) if selection is None else selection.matches,
                          topic=schema_changes_topic(settings.kafka.topic_prefix), history_topic=history_topic,
                          slot=pg.slot)
-
-
-def _every_table(_schema: str, _table: str) -> bool:
-    return True
 
 
 class _BeatingSnapshotSink(SnapshotSink):

@@ -1,14 +1,14 @@
 """``Session.run`` without Postgres or Kafka, for the tests that compare two ways of publishing
-the same stream byte for byte (tests/unit/test_lane.py: with and without the insert lane;
-tests/unit/test_compiled_path.py: the compiled kernels against the pure-Python path).
+the same stream byte for byte (tests/unit/test_compiled_path.py: the stages' row path with the
+compiled kernels against the pure-Python path).
 
 The stream is a ``BatchStream`` (tests/support/batches.py) of XLogData frames; the real decoder,
 assembler, encoder and dispatcher run; a recording producer keeps every record in order (topic,
 key, value, unit, and what ``describe`` would name if Kafka refused it), and optionally a stand-in
 for exactly-once's Kafka transactions asks for a part commit every ``split_every`` rows. Here too:
-the frame builders, the shared scenario, and ``PublishesAlike``, the checks both comparisons make,
-so that the two modules hold only what differs: how their path is switched on and counted, the
-counts it must reach, and their own tests.
+the frame builders, the shared scenario, and ``PublishesAlike``, the checks a comparison makes,
+so that its module holds only what differs: how its path is switched on and counted, the counts
+it must reach, and its own tests.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.encode.envelope import ChangeEncoder
 from pgbridge.encode.types import EncodeError
 from pgbridge.encode.wire import SingleObjectRegistrar
-from pgbridge.lane import InsertLane
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import Metrics
 from pgbridge.pipeline import Session
@@ -114,7 +113,7 @@ class _Transactions:
 
 
 class _Publisher:
-    """The producer's side the dispatcher (through ``Deliveries``) and the lane use, recording every
+    """The producer's side the dispatcher uses (through ``Deliveries``), recording every
     record in order."""
 
     def __init__(self, tracker: AckTracker, transactions: _Transactions | None) -> None:
@@ -162,10 +161,9 @@ class SessionRun:
 
 
 def session_run(batches: list[list[bytes]], tmp: pathlib.Path, *, taken: Callable[[], int],
-                lane: Callable[..., InsertLane] | None = None, split_every: int | None = None,
-                capture: CaptureFilter | None = None, keep_error: bool = False, **encoder: Any) -> SessionRun:
-    """The stream through ``Session.run``; ``lane`` builds the insert lane (none without it),
-    ``taken`` is read after the run (the caller resets its counter before); with ``keep_error`` an
+                split_every: int | None = None, capture: CaptureFilter | None = None, keep_error: bool = False,
+                proto: int = 1, **encoder: Any) -> SessionRun:
+    """The stream through ``Session.run`` (pgoutput protocol ``proto``); ``taken`` is read after the run (the caller resets its counter before); with ``keep_error`` an
     exception that ends the run is kept in ``error`` (type and text) beside what was produced before
     it, instead of raised; ``encoder`` goes to the ``ChangeEncoder``."""
     tracker, metrics = AckTracker(), Metrics()
@@ -173,7 +171,7 @@ def session_run(batches: list[list[bytes]], tmp: pathlib.Path, *, taken: Callabl
     session: Any = Session.__new__(Session)
     session.stop = threading.Event()
     session.stream = BatchStream(batches, session.stop)
-    session.decoder = PgoutputDecoder(1)
+    session.decoder = PgoutputDecoder(proto)
     session.assembler = TransactionAssembler(memory_bytes=1 << 20, spill_dir=tmp, capture=capture)
     log = SchemaLog()
     deliveries = Deliveries(publisher, tracker, metrics, completed=lambda _: None,  # type: ignore[arg-type]
@@ -183,7 +181,6 @@ def session_run(batches: list[list[bytes]], tmp: pathlib.Path, *, taken: Callabl
                               database="shop", registrar=SingleObjectRegistrar(log.announce),
                               **encoder),
         deliveries=deliveries, filter=PublishFilter.of(publisher.config), incremental=None)
-    session.lane = None if lane is None else lane(assembler=session.assembler, dispatcher=session.dispatcher)
     session.reporter = ProgressReporter(tracker, metrics, SlotIdentity(), status_interval_s=10.0, stall_s=60.0)
     session._housekeeping = lambda **_: None
     error = ""
@@ -204,17 +201,19 @@ def session_run(batches: list[list[bytes]], tmp: pathlib.Path, *, taken: Callabl
 
 
 class Frames:
-    """XLogData frames of messages, each at the next WAL position."""
+    """XLogData frames of messages, each at the next WAL position (of protocol ``proto``; those
+    given with ``in_stream`` as messages of a stream block)."""
 
-    def __init__(self) -> None:
+    def __init__(self, proto: int = 1) -> None:
         self.lsn = FIRST_LSN
+        self.proto = proto
 
-    def __call__(self, *messages: Message) -> list[bytes]:
+    def __call__(self, *messages: Message, in_stream: bool = False) -> list[bytes]:
         frames = []
         for message in messages:
             start, self.lsn = self.lsn, self.lsn + FRAME_LSNS
             frames.append(b"w" + start.to_bytes(8, "big") + self.lsn.to_bytes(8, "big") + bytes(8)
-                          + encode_message(message, proto_version=1))
+                          + encode_message(message, proto_version=self.proto, in_stream=in_stream))
         return frames
 
 
@@ -241,7 +240,7 @@ def scenario() -> list[list[bytes]]:
     batches = [
         tx(f, 700, ITEMS, LOG, *plain[:20], insert(LOG, b"hello"), *plain[20:30]),
         # values the kernel leaves to Python: NaN and infinity are unrepresentable, non-ASCII text,
-        # a null; then an update and a delete (not the lane's rows) between inserts
+        # a null; then an update and a delete between inserts
         tx(f, 701, insert(ITEMS, b"100", "é".encode(), b"NaN", b"infinity", None),
            insert(ITEMS, b"101", None, None, None, None), plain[30],
            Update(xid=None, rel_id=ITEMS.rel_id, old_kind=None, old=None,
@@ -264,7 +263,7 @@ def scenario() -> list[list[bytes]]:
 
 
 class PublishesAlike(abc.ABC):
-    """The checks both comparisons make, written once: a test module subclasses this as a ``Test…``
+    """The checks a comparison makes, written once: a test module subclasses this as a ``Test…``
     class (pytest collects the inherited tests there, not here), says in ``run`` how a stream goes
     through the path under test (``tested``) or the reference path, with ``SessionRun.taken``
     counting the rows the path under test took, and gives the counts its path must reach."""
@@ -330,14 +329,22 @@ class PublishesAlike(abc.ABC):
         """Bytes flipped, cut or added in a row (never in the 26 bytes of XLogData header and message
         kind): the path under test hands what it cannot read to the reference path's code, so the
         same records come out and the same located error (or none, when the bytes still make a row)
-        ends the run."""
+        ends the run. The rows are inserts, an update and a delete with the old key, and an update
+        and a delete with the old row (REPLICA IDENTITY FULL)."""
         rng = random.Random(18)
         f = Frames()
-        good = tx(f, 1000, ITEMS, *[insert(ITEMS, b"%d" % i, b"n%d" % i, b"1.25", None, b"t") for i in range(3)])
+        full = relation(("id", INT8, -1, True), ("name", TEXT), identity="f", name="full", rel_id=16400)
+        good = tx(f, 1000, ITEMS, full, *[insert(ITEMS, b"%d" % i, b"n%d" % i, b"1.25", None, b"t") for i in range(3)],
+                  Update(xid=None, rel_id=ITEMS.rel_id, old_kind="K", old=row(b"1", None, None, None, None),
+                         new=row(b"7", b"moved", b"1.25", None, b"t")),
+                  Delete(xid=None, rel_id=ITEMS.rel_id, old_kind="K", old=row(b"2", None, None, None, None)),
+                  insert(full, b"1", b"a"),
+                  Update(xid=None, rel_id=full.rel_id, old_kind="O", old=row(b"1", b"a"), new=row(b"1", b"b")),
+                  Delete(xid=None, rel_id=full.rel_id, old_kind="O", old=row(b"1", b"b")))
         errors = 0
-        for case in range(150):
+        for case in range(240):
             frames = list(good)
-            at = rng.randrange(2, 5)  # one of the inserts
+            at = rng.randrange(3, 11)  # one of the rows
             frame = bytearray(frames[at])
             kind = rng.random()
             if kind < 0.25:
@@ -352,7 +359,7 @@ class PublishesAlike(abc.ABC):
             reference = self.run([frames], tmp_path / f"r{case}", False, keep_error=True)
             assert (tested.records, tested.error) == (reference.records, reference.error), case
             errors += bool(reference.error)
-        assert errors > 50  # most corruptions are caught, and named the same way
+        assert errors > 80  # most corruptions are caught, and named the same way
 
     def test_a_record_kafka_refuses_is_described_by_its_table_key_and_position(self, tmp_path: pathlib.Path) -> None:
         f = Frames()

@@ -59,7 +59,6 @@ def _run(frames: list[array.array[int]], watch: int) -> list[tuple[bytes, int, b
     session.assembler = _Assembler()
     dispatcher = _Dispatcher(weakref.ref(frames[watch]))
     session.dispatcher = dispatcher
-    session.lane = None
     session.reporter = ProgressReporter(AckTracker(), Metrics(), SlotIdentity(), status_interval_s=10.0, stall_s=60.0)
     session._housekeeping = lambda **_: None
     frames.clear()  # the stream's batch holds the only references now

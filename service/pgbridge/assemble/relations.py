@@ -14,6 +14,8 @@ that carried it commits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pgbridge.decode.messages import Relation, TypeInfo
 from pgbridge.errors import InvariantError
 
@@ -29,13 +31,15 @@ class RelationCache:
     def __init__(self) -> None:
         self._relations: dict[int, Relation] = {}
         self._types: dict[int, tuple[str, str]] = {}
-        # Advanced by every message applied: whoever caches what it looked up (the insert lane,
-        # pgbridge/lane.py) compares one int a row instead of looking the relation up again.
-        self.version = 0
+
+    @property
+    def by_oid(self) -> Mapping[int, Relation]:
+        """The Relations in force by OID, read-only: the assembler's ``plain_row`` looks each row's
+        relation up in it directly (``get`` is one Python call more a row, for the error)."""
+        return self._relations
 
     def apply(self, msg: Relation | TypeInfo) -> None:
         """Remember a Relation or Type message; a newer one replaces the older."""
-        self.version += 1
         if isinstance(msg, Relation):
             self._relations[msg.rel_id] = msg
         else:

@@ -43,6 +43,7 @@ import enum
 import pathlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from pgbridge.assemble.capture import CaptureFilter
 from pgbridge.assemble.prepared import PreparedTransactions
@@ -102,6 +103,9 @@ class SessionState(enum.Enum):
     CLOSED = "closed"
 
 
+_IN_TRANSACTION: Final = SessionState.IN_TRANSACTION  # a module global: ``plain_row`` reads it every row
+
+
 @dataclass(frozen=True, slots=True)
 class _PlainTransaction:
     xid: int
@@ -156,6 +160,7 @@ class TransactionAssembler:
 
     def __init__(self, *, memory_bytes: int, spill_dir: pathlib.Path, capture: CaptureFilter | None = None) -> None:
         self._relations = RelationCache()
+        self._relation_of = self._relations.by_oid.get  # ``plain_row`` looks a row's relation up here
         self._capture = capture  # postgres.table_include/exclude: drops changes of unselected tables
         self._store = SpillStore(spill_dir=spill_dir, memory_bytes=memory_bytes)
         self._streams = StreamedTransactions(store=self._store, relations=self._relations)
@@ -208,28 +213,27 @@ class TransactionAssembler:
             return self._feed_prepare(msg, wal_start)
         return self._feed_stream_block(msg, wal_start)
 
-    def in_plain_transaction(self) -> bool:
-        """A plain transaction is open (not streamed, not being prepared): its changes are handed
-        on as they come, so the session's insert lane (``pgbridge/lane.py``) may take the inserts
-        of a table ``passes_on`` without ``feed``, which would only pass them through."""
-        return self._state is SessionState.IN_TRANSACTION
-
-    def passes_on(self, relation: Relation) -> bool:
-        """Whether a plain transaction's changes of ``relation`` are handed on unchanged: no
-        capture filter, or one that selects the table (it drops and counts the others)."""
-        return self._capture is None or self._capture.selects(relation)
-
     def plain_row(self, msg: Insert | Update | Delete, wal_start: Lsn) -> RowChange | None:
         """The streaming loop's hot path: the change of a row message that a plain transaction
         hands on as it comes (what ``feed`` would return for it alone); ``None`` when ``feed``
         must take the message (no plain transaction open, or a table the capture filter drops,
-        which ``feed`` counts)."""
-        if self._state is not SessionState.IN_TRANSACTION:
+        which ``feed`` counts). One call a row: the relation comes from the cache's dict, the
+        change is built as ``row_event`` builds it, inline."""
+        if self._state is not _IN_TRANSACTION:
             return None
-        relation = self._relations.get(msg.rel_id)
-        if not self.passes_on(relation):
+        rel_id = msg.rel_id
+        relation = self._relation_of(rel_id)
+        if relation is None:
+            relation = self._relations.get(rel_id)  # raises: no Relation message for it
+        capture = self._capture
+        if capture is not None and not capture.selects(relation):
             return None
-        return row_event(msg, wal_start, relation)
+        kind = type(msg)
+        if kind is Insert:
+            return _new_tuple(RowChange, ("c", relation, wal_start, None, None, msg.new))  # type: ignore[union-attr]
+        if kind is Update:
+            return _new_tuple(RowChange, ("u", relation, wal_start, msg.old_kind, msg.old, msg.new))  # type: ignore[union-attr]
+        return _new_tuple(RowChange, ("d", relation, wal_start, msg.old_kind, msg.old, None))  # type: ignore[union-attr]
 
     def oldest_unfinished_lsn(self) -> Lsn | None:
         """WAL start of the oldest transaction begun but not yet fully handed downstream."""

@@ -12,6 +12,11 @@ and the frozen dataclasses filled through their slot descriptors, which skips th
 ``object.__setattr__`` of a frozen ``__init__`` (a fifth of the per-row cost, measured).
 Everything else is decoded field by field with ``reader.Reader`` for readable, precise errors.
 
+The streaming loop's row entry is ``PgoutputDecoder.read_row``: outside a stream block the
+compiled reader (``decode/_native.pyx``), which reads an Insert, Update or Delete in place from
+the XLogData frame at the message's offset and builds the message directly; whatever it does not
+read (another message, malformed bytes, anything inside a stream block) goes to ``decode``.
+
 Every malformed input raises ``DecodeError`` with the message tag and the byte offset of the
 field at fault (offsets count from the tag byte, which is offset 0).
 """
@@ -25,22 +30,17 @@ from typing import Any, Final, TypeAlias, cast
 from pgbridge import native as _native_switch
 from pgbridge.decode.messages import (
     Begin,
-    BeginPrepare,
     Column,
     Commit,
-    CommitPrepared,
     Delete,
     Insert,
     LogicalMessage,
     Message,
     OldKind,
     Origin,
-    Prepare,
     Relation,
-    RollbackPrepared,
     StreamAbort,
     StreamCommit,
-    StreamPrepare,
     StreamStart,
     StreamStop,
     Truncate,
@@ -49,6 +49,13 @@ from pgbridge.decode.messages import (
     Update,
 )
 from pgbridge.decode.reader import Layout, Reader, trailing, truncated, unpack_u32
+from pgbridge.decode.two_phase import (
+    decode_begin_prepare,
+    decode_commit_prepared,
+    decode_prepare,
+    decode_rollback_prepared,
+    decode_stream_prepare,
+)
 from pgbridge.errors import DecodeError, InvariantError
 from pgbridge.lsn import Lsn
 from pgbridge.slotted import new_instance, slot_setters
@@ -56,7 +63,7 @@ from pgbridge.slotted import new_instance, slot_setters
 # The compiled row decoder: the twin of the Insert/Update/Delete decoders and of ``_tuple``'s loop.
 _native: Any = _native_switch.load("pgbridge.decode._native")
 
-__all__ = ["MAX_PROTO_VERSION", "MIN_PROTO_VERSION", "ROW_MESSAGES", "PgoutputDecoder", "decode_message"]
+__all__ = ["MAX_PROTO_VERSION", "MIN_PROTO_VERSION", "PgoutputDecoder", "RowMessage", "decode_message"]
 
 MIN_PROTO_VERSION: Final = 1
 MAX_PROTO_VERSION: Final = 4
@@ -72,8 +79,6 @@ _OLD: Final = 0x4F  # 'O' old full row follows
 # --- hot path: TupleData, Insert, Update, Delete ------------------------------------------------
 
 _new = new_instance
-
-
 _set_kinds, _set_values = slot_setters(TupleData, "kinds", "values")
 _set_ins_xid, _set_ins_rel, _set_ins_new = slot_setters(Insert, "xid", "rel_id", "new")
 _set_upd_xid, _set_upd_rel, _set_upd_old_kind, _set_upd_old, _set_upd_new = slot_setters(
@@ -385,66 +390,6 @@ def _decode_truncate(buf: bytes, in_stream: bool) -> Truncate:
     return Truncate(xid=xid, options=options, rel_ids=rel_ids)
 
 
-def _decode_begin_prepare(buf: bytes, in_stream: bool) -> BeginPrepare:
-    r = Reader(buf, "b")
-    prepare_lsn = r.lsn("prepare lsn")
-    end_lsn = r.lsn("end lsn")
-    prepare_ts = r.i64("prepare timestamp")
-    xid = r.u32("xid")
-    gid = r.cstring("gid")
-    r.finish()
-    return BeginPrepare(prepare_lsn=prepare_lsn, end_lsn=end_lsn, prepare_ts=prepare_ts, xid=xid,
-                        gid=gid)
-
-
-def _read_prepare(r: Reader) -> tuple[int, Lsn, Lsn, int, int, str]:
-    """Prepare and Stream Prepare share one layout."""
-    flags = r.u8("flags")
-    prepare_lsn = r.lsn("prepare lsn")
-    end_lsn = r.lsn("end lsn")
-    prepare_ts = r.i64("prepare timestamp")
-    xid = r.u32("xid")
-    gid = r.cstring("gid")
-    r.finish()
-    return flags, prepare_lsn, end_lsn, prepare_ts, xid, gid
-
-
-def _decode_prepare(buf: bytes, in_stream: bool) -> Prepare:
-    return Prepare(*_read_prepare(Reader(buf, "P")))
-
-
-def _decode_stream_prepare(buf: bytes, in_stream: bool) -> StreamPrepare:
-    return StreamPrepare(*_read_prepare(Reader(buf, "p")))
-
-
-def _decode_commit_prepared(buf: bytes, in_stream: bool) -> CommitPrepared:
-    r = Reader(buf, "K")
-    flags = r.u8("flags")
-    commit_lsn = r.lsn("commit lsn")
-    end_lsn = r.lsn("end lsn")
-    commit_ts = r.i64("commit timestamp")
-    xid = r.u32("xid")
-    gid = r.cstring("gid")
-    r.finish()
-    return CommitPrepared(flags=flags, commit_lsn=commit_lsn, end_lsn=end_lsn, commit_ts=commit_ts,
-                          xid=xid, gid=gid)
-
-
-def _decode_rollback_prepared(buf: bytes, in_stream: bool) -> RollbackPrepared:
-    r = Reader(buf, "r")
-    flags = r.u8("flags")
-    prepare_end_lsn = r.lsn("prepare end lsn")
-    rollback_end_lsn = r.lsn("rollback end lsn")
-    prepare_ts = r.i64("prepare timestamp")
-    rollback_ts = r.i64("rollback timestamp")
-    xid = r.u32("xid")
-    gid = r.cstring("gid")
-    r.finish()
-    return RollbackPrepared(flags=flags, prepare_end_lsn=prepare_end_lsn,
-                            rollback_end_lsn=rollback_end_lsn, prepare_ts=prepare_ts,
-                            rollback_ts=rollback_ts, xid=xid, gid=gid)
-
-
 # --- dispatch -----------------------------------------------------------------------------------
 
 _V1_DECODERS: Final[dict[str, _Decode]] = {
@@ -457,8 +402,8 @@ _V2_DECODERS: Final[dict[str, _Decode]] = {
     "A": _decode_stream_abort,
 }
 _V3_DECODERS: Final[dict[str, _Decode]] = {
-    "b": _decode_begin_prepare, "P": _decode_prepare, "K": _decode_commit_prepared,
-    "r": _decode_rollback_prepared, "p": _decode_stream_prepare,
+    "b": decode_begin_prepare, "P": decode_prepare, "K": decode_commit_prepared,
+    "r": decode_rollback_prepared, "p": decode_stream_prepare,
 }
 _V4_DECODERS: Final[dict[str, _Decode]] = {"A": _decode_stream_abort_v4}
 
@@ -525,8 +470,7 @@ IN_PLACE_BYTES: Final = 1 << 20
 copying it to ``bytes`` first would hold a huge value (issue 16: a 500 MB text) twice more, the
 message's copy and the value's, while each value is copied out once anyway."""
 _ROW_TAGS: Final = frozenset(b"IUD")
-ROW_MESSAGES: Final = frozenset({Insert, Update, Delete})
-"""The row messages: the streaming loop hands them to the assembler's ``plain_row`` first."""
+RowMessage: TypeAlias = Insert | Update | Delete
 
 
 def _owned(buf: Buffer) -> bytes:
@@ -561,13 +505,21 @@ class PgoutputDecoder:
     every later xid-bearing message would be misread.
     """
 
-    __slots__ = ("_in_stream", "_proto_version", "_stream_xid", "_table")
+    __slots__ = ("_in_stream", "_proto_version", "_stream_xid", "_table", "read_row")
 
     def __init__(self, proto_version: int) -> None:
         self._table = _table_for(proto_version)
         self._proto_version = proto_version
         self._in_stream = False
         self._stream_xid: int | None = None
+        self.read_row: Callable[[Buffer, int], RowMessage | None] = self._row_reader()
+
+    def _row_reader(self) -> Callable[[Buffer, int], RowMessage | None]:
+        """``read_row``, the streaming loop's row entry, taken again after every message it
+        ``decode``s (only those change it): outside a stream block the compiled reader itself (no
+        Python frame a row; ``None`` for any other message, and for bytes it cannot read, which
+        ``decode`` then names), else ``decode_row``."""
+        return _native.read_row if _native is not None and not self._in_stream else self.decode_row
 
     @property
     def proto_version(self) -> int:
@@ -578,17 +530,29 @@ class PgoutputDecoder:
         """True between a Stream Start and its Stream Stop."""
         return self._in_stream
 
+    def decode_row(self, frame: Buffer, at: int) -> RowMessage | None:
+        """The streaming loop's hot path: the Insert, Update or Delete at offset ``at`` of ``frame``
+        (the XLogData frame as it arrived), or ``None`` for any other message and inside a stream
+        block, where ``decode`` must take it (streamed rows carry an xid; Stream Start/Stop change
+        state). The compiled reader takes the row in place; without it, or on bytes it cannot read,
+        the Python decoder does, and names what is malformed (``DecodeError``) as ``decode`` would."""
+        if self._in_stream:
+            return None
+        if _native is not None:
+            row: RowMessage | None = _native.read_row(frame, at)
+            if row is not None:
+                return row
+        hot = _ROW_DECODERS[frame[at]] if len(frame) > at else None
+        if hot is None:
+            return None
+        body = frame[at:]
+        return hot(bytes(body) if len(body) < IN_PLACE_BYTES else _owned(body), False)  # type: ignore[return-value]
+
     def decode(self, buf: Buffer) -> Message:
-        if type(buf) is not bytes:
-            buf = bytes(buf) if len(buf) < IN_PLACE_BYTES else _owned(buf)
-        if buf and not self._in_stream:
-            hot = _ROW_DECODERS[buf[0]]
-            if hot is not None:  # Insert/Update/Delete outside a stream block: no dispatch, no checks
-                if _native is not None and type(buf) is bytes:  # compiled; None: malformed, named below
-                    row: Message | None = _native.read_row(buf)
-                    if row is not None:
-                        return row
-                return hot(buf, False)
+        """Any message; a row outside a stream block as ``decode_row`` reads it."""
+        row = self.decode_row(buf, 0)
+        if row is not None:
+            return row
         msg = _dispatch(buf, self._table, self._in_stream, self._proto_version)
         if type(msg) is StreamStart:
             if self._in_stream:
@@ -596,9 +560,11 @@ class PgoutputDecoder:
                                      f"{self._stream_xid} (no Stream Stop in between)")
             self._in_stream = True
             self._stream_xid = msg.xid
+            self.read_row = self._row_reader()
         elif type(msg) is StreamStop:
             if not self._in_stream:
                 raise InvariantError("Stream Stop outside a stream block (no Stream Start before it)")
             self._in_stream = False
             self._stream_xid = None
+            self.read_row = self._row_reader()
         return msg

@@ -16,12 +16,16 @@ its field cannot hold (``infinity``, ``NaN``, ...) makes the column's Python fie
 ``Unrepresentable``; it leaves this module and the caller writes the whole envelope in Python,
 which writes the null field and the value's text in the envelope's ``unrepresentable`` map. The
 kernel itself always writes that map as null.
+
+``RowWriter.change`` (a plan's ``kernel_change``) is the row path's one call per change: the
+envelope, the key(s) and the ``OutRecord``s of an insert, update or delete, laid out as
+``ChangeEncoder.encode_row``'s Python path lays them out, or ``None`` for that path.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_XDECREF
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -31,6 +35,7 @@ cdef extern from "Python.h":
     PyObject *new_bytes "PyBytes_FromStringAndSize" (const char *v, Py_ssize_t size) except NULL
     char *bytes_data "PyBytes_AS_STRING" (PyObject *b)
     int _PyBytes_Resize(PyObject **b, Py_ssize_t size) except -1
+    PyObject *PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems) except NULL
 
 # Codes (``plan.native_code``); 0x80 on a code means a bare value (a key field) with no union branch.
 cdef enum:
@@ -596,6 +601,13 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
                     int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
                     int64_t total_order, int64_t collection_order):
     """The framed envelope (see ``TablePlan.envelope``), or ``None`` for the Python path."""
+    return _envelope(header, before, after, row, op, source_head, lsn, source_tail, snapshot, origin, transaction_id,
+                     total_order, collection_order)
+
+
+cdef object _envelope(bytes header, object before, object after, Columns row, bytes op, bytes source_head,
+                      int64_t lsn, bytes source_tail, bint snapshot, bytes origin, object transaction_id,
+                      int64_t total_order, int64_t collection_order):
     cdef char stack[STACK]
     cdef Buf b
     buf_init(&b, stack, STACK)
@@ -630,6 +642,10 @@ def encode_envelope(bytes header, object before, object after, Columns row, byte
 
 def encode_key(bytes header, object row, Columns key):
     """The framed key (``_TablePlan.key_of``), or ``None`` for the Python path."""
+    return _key(header, row, key)
+
+
+cdef object _key(bytes header, object row, Columns key):
     cdef char stack[256]
     cdef Buf b
     buf_init(&b, stack, 256)
@@ -640,3 +656,108 @@ def encode_key(bytes header, object row, Columns key):
         return buf_bytes(&b)
     finally:
         buf_free(&b)
+
+
+from pgbridge.assemble.units import RowChange as _RowChange
+
+if _RowChange._fields != ("op", "relation", "lsn", "old_kind", "old", "new"):
+    raise TypeError("RowChange's fields changed: RowWriter.change reads them by position")
+
+
+cdef class RowWriter:
+    """A Relation version's row changes → their Kafka records, in one call (``TablePlan.kernel_change``):
+    the records ``ChangeEncoder.encode_row``'s Python path makes, in the same order, or ``None``
+    for that path; the old image only as Postgres sent it (``old_kind`` set).
+
+    Every insert, update and delete of a table whose rows need nothing but this kernel comes here
+    from ``ChangeEncoder.encode_row``, so the envelope, the key(s) and the records are made without
+    a Python frame between them. ``errors`` are the exceptions that hand a change to the Python
+    path (a value the fallback encoders reject or cannot represent: the Python path names or
+    records it); ``record`` is the record type (``plan.OutRecord``), ``ops`` the envelope's op
+    fields of an insert, an update and a delete."""
+
+    cdef object topic
+    cdef bytes value_header
+    cdef bytes key_header
+    cdef bytes source_head
+    cdef Columns row
+    cdef Columns key
+    cdef bint keyed
+    cdef object record
+    cdef tuple errors
+    cdef bytes op_create
+    cdef bytes op_update
+    cdef bytes op_delete
+
+    def __init__(self, topic: str, value_header: bytes, key_header: bytes, source_head: bytes, Columns row,
+                 Columns key, bint keyed, record: type, errors: tuple, ops: tuple) -> None:
+        self.topic = topic
+        self.value_header = value_header
+        self.key_header = key_header
+        self.source_head = source_head
+        self.row = row
+        self.key = key
+        self.keyed = keyed
+        if not issubclass(record, tuple) or record.__basicsize__ != tuple.__basicsize__:
+            raise TypeError("the record type must be a named tuple (a tuple subclass without a __dict__)")
+        self.record = record
+        self.errors = errors
+        self.op_create, self.op_update, self.op_delete = ops
+
+    cdef inline object _record(self, object key, object value):
+        """An ``OutRecord`` made as ``tuple.__new__`` makes it, without that call's argument tuples."""
+        cdef PyObject *made = PyType_GenericAlloc(<PyTypeObject *>self.record, 3)
+        record = <object>made
+        Py_DECREF(record)  # ``record`` holds its own reference
+        Py_INCREF(self.topic)
+        PyTuple_SET_ITEM(record, 0, self.topic)
+        Py_INCREF(key)
+        PyTuple_SET_ITEM(record, 1, key)
+        Py_INCREF(value)
+        PyTuple_SET_ITEM(record, 2, value)
+        return record
+
+    def change(self, object change, tuple context, int64_t total_order, int64_t collection_order, bint snapshot):
+        """The records of ``change`` (an ``assemble.units.RowChange``) in its transaction (the
+        bodies ``context``) at these orders, or ``None``."""
+        cdef object before, after, value, key, old_key
+        cdef bytes code
+        if not isinstance(change, tuple) or PyTuple_GET_SIZE(change) != 6:
+            raise TypeError("a RowChange was expected")
+        cdef str op = <str>PyTuple_GET_ITEM(change, 0)
+        cdef int64_t lsn = <object>PyTuple_GET_ITEM(change, 2)
+        cdef object old = None if <object>PyTuple_GET_ITEM(change, 3) is None else <object>PyTuple_GET_ITEM(change, 4)
+        cdef object new = <object>PyTuple_GET_ITEM(change, 5)
+        if op == "c":
+            before, after, code = None, new, self.op_create
+        elif op == "u":
+            before, after, code = old, new, self.op_update
+        elif op == "d":
+            before, after, code = old, None, self.op_delete
+        else:
+            return None
+        if after is None and op != "d":
+            return None  # the Python path names the missing new row
+        source_tail, origin, transaction_id = context
+        try:
+            value = _envelope(self.value_header, before, after, self.row, code, self.source_head, lsn, source_tail,
+                              snapshot, origin, transaction_id, total_order, collection_order)
+            if value is None:
+                return None
+            if not self.keyed:
+                return [self._record(None, value)]
+            key = _key(self.key_header, old if op == "d" else new, self.key)
+            if key is None:
+                return None
+            if op == "c" or old is None:
+                return [self._record(key, value)]
+            if op == "d":
+                return [self._record(key, value), self._record(key, None)]
+            old_key = _key(self.key_header, old, self.key)
+        except self.errors:
+            return None
+        if old_key is None:
+            return None
+        if old_key == key:
+            return [self._record(key, value)]
+        return [self._record(old_key, None), self._record(key, value)]

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from pgbridge.assemble.units import RowChange, TruncateChange
 from pgbridge.decode.messages import KIND_BINARY, KIND_TEXT, Column, Relation, TupleData
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, KeyResolver, OutRecord, default_key_columns
-from pgbridge.encode.plan import TablePlan
 from pgbridge.encode.types import EncodeError, NumericPolicy, TypeCatalog, TypeCodec, TypeNames, codec_for
 from pgbridge.errors import ConfigError
 from pgbridge.identifiers import quote_ident
@@ -282,10 +281,6 @@ class PolicyEncoder(ChangeEncoder):
 
     def value_schema(self, relation: Relation) -> dict[str, Any]:
         return super().value_schema(self._published(relation))
-
-    def lane_plan(self, relation: Relation) -> TablePlan | None:
-        """A table under a column policy projects its rows first (``encode_row``): not for the lane."""
-        return None if self._view(relation) is not None else super().lane_plan(relation)
 
     def encode_row(self, change: RowChange, ctx: EventContext) -> list[OutRecord]:
         view = self._view(change.relation)

@@ -334,7 +334,7 @@ class ChangeEncoder:
                          key_indexes=key_indexes, key_schema=key, value_schema=value,
                          key_header=key_header, value_header=value_header,
                          toast_policy=self._toast.for_table(table), native=self._native)
-        plan.kernel_only = plan.native is not None and plan.toast_policy == TOAST_MARKER
+        plan.kernel_only = plan.kernel_change is not None and plan.toast_policy == TOAST_MARKER
         return plan
 
     def _note_schema_change(self, table: str, value: Schema) -> None:
@@ -371,13 +371,6 @@ class ChangeEncoder:
         self._by_identity[id(relation)] = self._last = (relation, plan)  # holds the object: its id stays unique
         return plan
 
-    def lane_plan(self, relation: Relation) -> TablePlan | None:
-        """``relation``'s plan when its inserts need nothing but the compiled kernel
-        (``TablePlan.kernel_change``), for the session's insert lane (``pgbridge/lane.py``);
-        ``None`` sends them through ``encode_row``: no kernel, or the TOAST cache remembers them."""
-        plan = self._plan(relation)
-        return plan if plan.native is not None and plan.toast_policy != TOAST_CACHE else None
-
     # -- row changes -----------------------------------------------------------------------------
 
     def context_bytes(self, ctx: EventContext) -> tuple[bytes, bytes, bytes]:
@@ -407,14 +400,15 @@ class ChangeEncoder:
         its changes written by the compiled kernel in one call (``TablePlan.kernel_change``);
         anything that kernel leaves (or any other policy) takes the Python path below.
         """
-        plan = self._plan(change.relation)
-        op = change.op
+        last, relation = self._last, change.relation
+        plan = last[1] if last is not None and relation is last[0] else self._plan(relation)  # ``_plan``'s first check
         if plan.kernel_only:  # the TOAST marker policy: the cache never holds this table's rows
             context = self._context_bytes if ctx is self._context_of else self.context_bytes(ctx)
-            written = plan.kernel_change(op, change.old if change.old_kind is not None else None, change.new,
-                                         change.lsn, context, ctx.total_order, ctx.collection_order, ctx.snapshot)
+            written = plan.kernel_change(change, context, ctx.total_order, ctx.collection_order,  # type: ignore[misc]
+                                         ctx.snapshot)
             if written is not None:
                 return written
+        op = change.op
         if op == "c":
             new = _require(change.new, "insert", plan)
             value = self._envelope(plan, _OP_CREATE, None, new, change.lsn, ctx, ctx.snapshot, True)

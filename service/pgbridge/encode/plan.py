@@ -127,6 +127,7 @@ class TablePlan:
         "before_labels",
         "binary_fields",
         "column_names",
+        "kernel_change",
         "kernel_only",
         "key_binary",
         "key_header",
@@ -175,8 +176,18 @@ class TablePlan:
         self.source_head = write_string(database) + write_string(relation.namespace) + write_string(relation.name)
         self.native = (_native_plan(codecs, key_indexes, self.text_fields, self.binary_fields, self.key_text,
                                     self.key_binary) if native else None)
-        # Whether a row change is the kernel's alone (``kernel_change``): set by the encoder, which
-        # knows whether the table's TOAST policy leaves the rows as they come.
+        # A row change's records written by the compiled kernel alone (``_native.RowWriter.change``:
+        # a ``RowChange``, its transaction's context bytes, total and collection order, snapshot →
+        # the records as ``ChangeEncoder.encode_row`` lays them out, or ``None`` for that Python
+        # path, which names a bad value, records an unrepresentable one, or finds a key column
+        # missing or left to an unchanged TOAST value). One C call a row: no Python frame around it.
+        self.kernel_change: Callable[..., list[OutRecord] | None] | None = None
+        if self.native is not None:
+            self.kernel_change = _native.RowWriter(
+                topic, value_header, key_header, self.source_head, self.native.row, self.native.key,
+                bool(key_indexes), OutRecord, (*_ROW_ERRORS, Unrepresentable), (OP_CREATE, OP_UPDATE, OP_DELETE)).change
+        # Whether a row change is the kernel's alone: set by the encoder, which knows whether the
+        # table's TOAST policy leaves the rows as they come.
         self.kernel_only = False
 
     def write_row(self, row: TupleData, parts: list[bytes], labels: tuple[str, ...],
@@ -324,70 +335,6 @@ class TablePlan:
         parts.append(EMPTY_ARRAY if unchanged is None else write_string_array(unchanged))
         parts.append(VALUE_BRANCH + write_string_map(unrepresentable) if unrepresentable else NULL_BRANCH)
         return b"".join(parts)
-
-    def kernel_insert(self, after: TupleData, lsn: int, context: tuple[bytes, bytes, bytes], total_order: int,
-                      collection_order: int, snapshot: bool = False) -> tuple[bytes | None, bytes] | None:
-        """An insert's framed (key, envelope) written by the compiled kernel alone (``kernel_change``
-        for an insert; the session's insert lane, ``pgbridge/lane.py``, asks it directly)."""
-        native = self.native
-        if native is None:
-            return None
-        source_tail, origin, transaction_id = context
-        try:
-            value: bytes | None = _native.encode_envelope(
-                self.value_header, None, after, native.row, OP_CREATE, self.source_head, lsn, source_tail, snapshot,
-                origin, transaction_id, total_order, collection_order)
-            if value is None:
-                return None
-            if not self.key_indexes:
-                return None, value
-            key: bytes | None = _native.encode_key(self.key_header, after, native.key)
-        except (*_ROW_ERRORS, Unrepresentable):
-            return None
-        return None if key is None else (key, value)
-
-    def kernel_change(self, op: str, old: TupleData | None, new: TupleData | None, lsn: int,
-                      context: tuple[bytes, bytes, bytes], total_order: int, collection_order: int,
-                      snapshot: bool) -> list[OutRecord] | None:
-        """A row change's records written by the compiled kernel alone, as ``ChangeEncoder.encode_row``
-        lays them out (an update that changed the key: the old key's tombstone first; a keyed
-        delete: its tombstone after), with the same bytes ``envelope`` and ``required_key`` give.
-        ``None`` hands the change to that Python path: no kernel, a bad value it names, an
-        unrepresentable one it records, a key column missing or left to an unchanged TOAST value.
-        ``old`` is the old image Postgres sent (``None`` for an insert, an update without one)."""
-        native = self.native
-        if native is None:
-            return None
-        source_tail, origin, transaction_id = context
-        before, after, code = (old, new, OP_UPDATE) if op == "u" else (old, None, OP_DELETE)
-        topic = self.topic
-        if op == "c":
-            written = None if new is None else self.kernel_insert(new, lsn, context, total_order, collection_order,
-                                                                  snapshot)
-            return None if written is None else [OutRecord(topic, written[0], written[1])]
-        try:
-            value: bytes | None = _native.encode_envelope(
-                self.value_header, before, after, native.row, code, self.source_head, lsn, source_tail, snapshot,
-                origin, transaction_id, total_order, collection_order)
-            if value is None:
-                return None
-            if not self.key_indexes:
-                return [OutRecord(topic, None, value)]
-            key: bytes | None = _native.encode_key(self.key_header, old if op == "d" else new, native.key)
-            if key is None:
-                return None
-            if op == "u" and old is None:
-                return [OutRecord(topic, key, value)]
-            if op == "d":
-                return [OutRecord(topic, key, value), OutRecord(topic, key, None)]
-            old_key: bytes | None = _native.encode_key(self.key_header, old, native.key)
-        except (*_ROW_ERRORS, Unrepresentable):
-            return None
-        if old_key is None:
-            return None
-        if old_key == key:
-            return [OutRecord(topic, key, value)]
-        return [OutRecord(topic, old_key, None), OutRecord(topic, key, value)]
 
 
 def _text_of(exc: Unrepresentable) -> str:

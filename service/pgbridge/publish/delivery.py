@@ -40,7 +40,6 @@ from pgbridge.publish.transactions import BeforeCommit, Position
 log = logging.getLogger(__name__)
 
 Completed = Callable[[list[Unit]], None]
-Produce = Callable[[str, bytes | None, bytes, Describe], None]
 
 
 class EventCounters:
@@ -119,23 +118,6 @@ class Deliveries:
         publisher.produce(record.topic, record.key, record.value, delivery.callback, delivery.unit, self._idle,
                           describe, headers)
         return record_bytes(record)
-
-    def producer(self, delivery: Delivery) -> Produce:
-        """A producer of single records in ``delivery``'s unit, for the insert lane (one record a
-        row, no record object): the topic is made sure of only when it changes (a table's plan
-        hands out the same string every row)."""
-        publisher = self._publisher
-        produce, ensure = publisher.produce, publisher.topics.ensure
-        callback, unit, idle = delivery.callback, delivery.unit, self._idle
-        last: list[str | None] = [None]
-
-        def produce_one(topic: str, key: bytes | None, value: bytes, describe: Describe) -> None:
-            if topic is not last[0]:
-                ensure(topic)
-                last[0] = topic
-            produce(topic, key, value, callback, unit, idle, describe)
-
-        return produce_one
 
     def produce_all(self, delivery: Delivery, records: Sequence[OutRecord], describe: Describe) -> int:
         """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""

@@ -47,11 +47,11 @@ from pgbridge.assemble.units import (
     TxOrigin,
 )
 from pgbridge.decode.ddl import DDL_PREFIX
-from pgbridge.decode.messages import PG_EPOCH_UNIX_US
+from pgbridge.decode.messages import PG_EPOCH_UNIX_US, Relation
 from pgbridge.encode.envelope import ChangeEncoder, EventContext, OutRecord
 from pgbridge.errors import FatalError
 from pgbridge.lsn import Lsn
-from pgbridge.publish.delivery import Deliveries, Delivery, Produce
+from pgbridge.publish.delivery import Deliveries, Delivery
 from pgbridge.publish.outbox import OutboxRouter
 from pgbridge.publish.oversize import RecordOrigin, row_key_text
 from pgbridge.publish.routing import PublishFilter, row_records
@@ -105,8 +105,9 @@ class OpenTransaction:
     """Per-transaction state of the row path; one ``EventContext`` serves every change of it.
 
     ``next_context`` is the one rule of the envelope's order numbers: it advances the total order
-    and the table's collection order, in the context (mutable for this) and the tallies. Metric
-    counts are kept here, one dict look-up a row, and added to Prometheus once per transaction.
+    and the table's collection order, in the context (mutable for this) and the tallies
+    (``Dispatcher.row`` applies it inline, being called for every row). Metric counts are kept
+    here, one dict look-up a row, and added to Prometheus once per transaction.
     """
 
     begin: TxBegin
@@ -160,7 +161,12 @@ class Dispatcher:
 
     ``deliveries`` owns the units' life (publish/delivery.py); ``filter`` says which operations
     and tombstones are published (publish/routing.py); ``incremental`` and ``outbox`` ride along.
+    Slotted: ``row`` reads a dozen of its attributes for every row.
     """
+
+    __slots__ = ("_deliveries", "_describe_row", "_drop_tombstones", "_encode_row", "_exactly_once",
+                 "_last_relation", "_last_table", "_plain_rows", "_plain_tx", "_produce_all", "_row_event", "_skipped", "_skipped_ops", "_tx",
+                 "encoder", "filter", "incremental", "outbox", "position")
 
     def __init__(self, *, encoder: ChangeEncoder, deliveries: Deliveries, filter: PublishFilter,
                  incremental: IncrementalWindow | None, outbox: OutboxRouter | None = None) -> None:
@@ -178,7 +184,16 @@ class Dispatcher:
         self._tx: OpenTransaction | None = None
         self._skipped: TxBegin | None = None  # exactly-once: a transaction already whole in Kafka
         self._row_event: RowChange | None = None  # the change being produced, for ``_describe_row``
-        self._describe_row = self._row_origin  # bound once: the row path passes it every row
+        # Bound once, read by ``row`` for every row.
+        self._describe_row = self._row_origin
+        self._encode_row = encoder.encode_row
+        self._produce_all = deliveries.produce_all
+        self._last_relation: Relation | None = None  # the last row's Relation version, and its table name
+        self._last_table = ""
+        # ``row``'s common case: nothing configured that a row must be checked against, and the open
+        # transaction (``_plain_tx``, set at its BEGIN) is not resumed after parts already in Kafka.
+        self._plain_rows = outbox is None and self._skipped_ops is None and not self._drop_tombstones
+        self._plain_tx: OpenTransaction | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -187,22 +202,6 @@ class Dispatcher:
     @property
     def exactly_once(self) -> bool:
         return self._exactly_once
-
-    def lane_transaction(self) -> OpenTransaction | None:
-        """The open transaction when its inserts need only encoding and producing, for the session's
-        insert lane (``pgbridge/lane.py``), which then keeps its orders and tallies as ``row`` does:
-        not with an outbox or skipped inserts, nor while a transaction already whole in Kafka is
-        skipped or one committed in parts resumes (exactly-once); the lane splits a huge
-        transaction as ``row`` does (``split_if_due``)."""
-        tx = self._tx
-        if (tx is None or self._skipped is not None or self.outbox is not None or tx.skip_through
-                or (self._skipped_ops is not None and "c" in self._skipped_ops)):
-            return None
-        return tx
-
-    def lane_producer(self, tx: OpenTransaction) -> Produce:
-        """The insert lane's producer of single records in the open transaction's unit."""
-        return self._deliveries.producer(tx.delivery)
 
     def _produce(self, record: OutRecord, tx: OpenTransaction) -> int:
         return self._deliveries.produce(tx.delivery, record, self._other_origin)
@@ -246,8 +245,43 @@ class Dispatcher:
     def row(self, event: RowChange) -> None:
         """A row change of the open transaction (the streaming loop hands a plain transaction's rows
         here directly, ``handle`` every other): the one place a row takes its place in the
-        transaction's order and tallies, is encoded and produced in the transaction's unit."""
+        transaction's order and tallies, is encoded and produced in the transaction's unit.
+
+        Every row of the stream comes here, so the common case (``_plain_rows``: no outbox, no
+        skipped operation or tombstone; ``_plain_tx``: not resumed after parts already in Kafka)
+        reads only attributes bound in
+        ``__init__``, remembers the last Relation version's table name (``_last_relation``) and
+        applies ``next_context`` and ``_TableTally.add`` inline; anything else is ``_row``'s."""
         tx = self._tx
+        if tx is None or not self._plain_rows or tx is not self._plain_tx:
+            self._row(event, tx)
+            return
+        relation = event.relation
+        if relation is self._last_relation:
+            table = self._last_table
+        else:
+            table = self._last_table = self.encoder.table_of(relation)
+            self._last_relation = relation
+        tally = tx.tables.get(table) or tx.tally(table)
+        tx.total_order = total = tx.total_order + 1  # ``next_context``
+        tally.order = order = tally.order + 1
+        context = tx.context
+        context.total_order = total
+        context.collection_order = order
+        records = self._encode_row(event, context)
+        self._row_event = event
+        tally.nbytes += self._produce_all(tx.delivery, records, self._describe_row)  # ``_TableTally.add``
+        ops, op = tally.ops, event.op
+        ops[op] = ops.get(op, 0) + 1
+        snap = self.incremental
+        if snap is not None and snap.window_table == table:
+            snap.drop_keys(record.key for record in records)
+        if self._exactly_once:
+            self.split_if_due(tx)
+
+    def _row(self, event: RowChange, tx: OpenTransaction | None) -> None:
+        """``row`` in every case: outbox tables, skipped operations and tombstones, exactly-once
+        (a transaction skipped or resumed after parts already in Kafka, a huge one split)."""
         if tx is None:
             if self._skipped is not None:  # exactly-once: already whole in Kafka
                 return
@@ -257,17 +291,16 @@ class Dispatcher:
             if not self.filter.skips(event.op):
                 self._outbox_row(event, outbox, tx)
             return
-        encoder = self.encoder
-        table = encoder.table_of(event.relation)
+        table = self.encoder.table_of(event.relation)
         skipped_ops = self._skipped_ops
         if skipped_ops is not None and event.op in skipped_ops:
             self._skip_row(event, table, tx)
             return
-        tally = tx.tables.get(table) or tx.tally(table)
-        if tx.skip_through and tx.already_in_kafka():
+        tally = tx.tally(table)
+        if tx.already_in_kafka():
             tx.next_context(tally)
             return
-        records = encoder.encode_row(event, tx.next_context(tally))
+        records = self.encoder.encode_row(event, tx.next_context(tally))
         self._row_event = event
         published = row_records(records, event.op, False) if self._drop_tombstones else records
         tally.add(event.op, self._deliveries.produce_all(tx.delivery, published, self._describe_row))
@@ -312,6 +345,7 @@ class Dispatcher:
         tx = OpenTransaction(begin=event, delivery=self._deliveries.open(ts_us), ts_us=ts_us,
                              skip_through=position.skips_through(event.commit_lsn) if position else 0)
         self._tx = tx
+        self._plain_tx = None if tx.skip_through else tx
         if not tx.skip_through:  # a split transaction's BEGIN went with its first part
             self._produce(self.encoder.encode_tx_boundary(status="BEGIN", xid=event.xid, commit_lsn=event.commit_lsn,
                                                           ts_us=ts_us, event_count=0, per_table={}), tx)
@@ -323,7 +357,7 @@ class Dispatcher:
         self._produce(self.encoder.encode_tx_boundary(status="END", xid=event.xid, commit_lsn=event.commit_lsn,
                                                       ts_us=tx.ts_us, event_count=tx.total_order,
                                                       per_table=tx.per_table()), tx)
-        self._tx = None
+        self._tx = self._plain_tx = None
         deliveries = self._deliveries
         for table, tally in tx.tables.items():
             deliveries.count_ops(table, tally.ops, tally.nbytes)

@@ -19,8 +19,8 @@ from pgbridge.decode.reader import Layout
 from pgbridge.errors import DecodeError
 from pgbridge.lsn import Lsn
 
-__all__ = ["XLOG_TAG", "Keepalive", "XLogData", "build_status_update", "parse_copy_message", "pg_now_us",
-           "split_xlog"]
+__all__ = ["XLOG_PAYLOAD_AT", "XLOG_TAG", "Keepalive", "XLogData", "build_status_update", "parse_copy_message",
+           "pg_now_us", "split_xlog", "xlog_positions"]
 
 XLOG_TAG: Final = 0x77  # 'w': the first byte of an XLogData frame
 
@@ -30,7 +30,12 @@ _STATUS_UPDATE: Final = struct.Struct("!cQQQqB")  # 'r', write, flush, apply, cl
 _unpack_xlog_header = cast(Callable[[memoryview, int], tuple[Lsn, Lsn, int]],
                            _XLOG_HEADER.struct.unpack_from)
 _unpack_keepalive = cast(Callable[[memoryview, int], tuple[Lsn, int, int]], _KEEPALIVE.struct.unpack_from)
-_XLOG_PAYLOAD_AT: Final = 1 + _XLOG_HEADER.size
+XLOG_PAYLOAD_AT: Final = 1 + _XLOG_HEADER.size
+"""Where an XLogData frame's pgoutput message starts: the streaming loop hands the frame and this
+offset to ``PgoutputDecoder.decode_row``, which reads a row in place (no payload view, no copy)."""
+xlog_positions = cast(Callable[[memoryview], tuple[Lsn, Lsn]], struct.Struct("!xQQ").unpack_from)
+"""(wal start, wal end) of an XLogData frame longer than ``XLOG_PAYLOAD_AT``: the streaming loop's
+form of ``split_xlog``, one C call, for a frame whose message ``decode_row`` reads in place."""
 _KEEPALIVE_SIZE: Final = 1 + _KEEPALIVE.size
 _MAX_LSN: Final = (1 << 64) - 1
 
@@ -67,10 +72,10 @@ def parse_copy_message(buf: bytes | bytearray | memoryview) -> XLogData | Keepal
         raise DecodeError("empty CopyData message", offset=0)
     tag = view[0]
     if tag == 0x77:  # 'w'
-        if len(view) < _XLOG_PAYLOAD_AT:
+        if len(view) < XLOG_PAYLOAD_AT:
             raise _XLOG_HEADER.error(view, "w", 1)
         wal_start, wal_end, send_time = _unpack_xlog_header(view, 1)
-        return XLogData(wal_start, wal_end, send_time, view[_XLOG_PAYLOAD_AT:])
+        return XLogData(wal_start, wal_end, send_time, view[XLOG_PAYLOAD_AT:])
     if tag == 0x6B:  # 'k'
         if len(view) != _KEEPALIVE_SIZE:
             raise _KEEPALIVE.error(view, "k", 1, exact=True)
@@ -85,10 +90,10 @@ def split_xlog(view: memoryview) -> tuple[Lsn, Lsn, memoryview]:
     Same checks as ``parse_copy_message`` but no object per frame: at a million rows a second the
     ``XLogData`` instance alone was ~5% of the loop. The caller has checked the tag is ``'w'``.
     """
-    if len(view) < _XLOG_PAYLOAD_AT:
+    if len(view) < XLOG_PAYLOAD_AT:
         raise _XLOG_HEADER.error(view, "w", 1)
     wal_start, wal_end, _send_time = _unpack_xlog_header(view, 1)
-    return wal_start, wal_end, view[_XLOG_PAYLOAD_AT:]
+    return wal_start, wal_end, view[XLOG_PAYLOAD_AT:]
 
 
 def build_status_update(write_lsn: int, flush_lsn: int, apply_lsn: int, *, now_us: int,
