@@ -12,7 +12,8 @@ orders and tallies too), the per-table metrics and the received LSN must be the 
 kernel must have written the changes it is for, so a kernel that quietly hands everything to
 Python fails here too. Inserts, updates and deletes, Relation changes mid-transaction, tables the
 capture filter drops, values the kernel leaves to Python, corrupt frames (the same located error),
-exactly-once's split transactions and streamed transactions among plain ones are covered. The
+exactly-once's split transactions, streamed transactions among plain ones and either kernel
+alone are covered. The
 harness and the shared checks are tests/support/session_runs.py.
 """
 
@@ -50,6 +51,7 @@ from tests.support.session_runs import (
     SessionRun,
     insert,
     row,
+    scenario,
     session_run,
     tx,
 )
@@ -82,12 +84,14 @@ def _counting(compile_plan: Any) -> Any:
     return compiled_plan
 
 
-def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, compiled: bool, **options: Any) -> SessionRun:
+def _run(batches: list[list[bytes]], tmp: pathlib.Path, *, compiled: bool, encode: bool | None = None,
+         **options: Any) -> SessionRun:
     """The stream through ``Session.run``, with the compiled kernels or on the pure-Python path
-    (``PGBRIDGE_PURE_PYTHON=1``); ``options`` go to ``session_run``."""
+    (``PGBRIDGE_PURE_PYTHON=1``); ``encode`` set says otherwise for the encode kernel alone
+    (``compiled`` is then the decode kernel's); ``options`` go to ``session_run``."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decode_module, "_native", _DECODE_KERNEL if compiled else None)
-        patch.setattr(plan_module, "_native", _ENCODE_KERNEL if compiled else None)
+        patch.setattr(plan_module, "_native", _ENCODE_KERNEL if (compiled if encode is None else encode) else None)
         patch.setattr(ChangeEncoder, "_compile", _counting(ChangeEncoder._compile))
         _Written.count = 0
         return session_run(batches, tmp, taken=lambda: _Written.count, **options)
@@ -165,3 +169,16 @@ def test_a_streamed_transaction_among_plain_ones_is_published_alike(tmp_path: pa
     # BEGIN and END of 4 transactions; 5 times the insert, the old key's tombstone and the update,
     # the delete and its tombstone
     assert len(python.records) == 8 + 5 * 5
+
+
+@pytest.mark.parametrize(("decode", "encode"), [(True, False), (False, True)], ids=["decode-kernel", "encode-kernel"])
+def test_either_kernel_alone_publishes_alike(tmp_path: pathlib.Path, decode: bool, encode: bool) -> None:
+    """One kernel built and not the other (or switched off by a test): the row path mixes the
+    compiled reader with the Python writer, or the reverse, and still publishes the same records;
+    the writer takes only the rows it is for (none without it)."""
+    batches = scenario()
+    mixed = _run(batches, tmp_path / "mixed", compiled=decode, encode=encode)
+    python = _run(batches, tmp_path / "python", compiled=False)
+    assert mixed.records == python.records
+    assert mixed.metrics == python.metrics
+    assert mixed.taken == (46 if encode else 0)
