@@ -13,9 +13,8 @@
 ```
 This module only connects things: ``open_session`` opens the connections and the encoder,
 ``Session`` runs the loop and the housekeeping jobs (periodic.py), ``run_forever`` reconnects.
-Every decision of substance lives in the stage modules. Any ``TransientError`` tears a session down
-and a new one starts from the slot's confirmed LSN, which is why nothing is ever confirmed before
-Kafka acknowledged it.
+Every decision of substance lives in the stage modules. Any ``TransientError`` tears a session down and
+a new one starts from the slot's confirmed LSN: nothing is ever confirmed before Kafka acknowledged it.
 """
 
 from __future__ import annotations
@@ -301,13 +300,10 @@ class Session:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        """Frames in batches (``read_batch``); XLogData straight to decode → assemble → dispatch.
-
-        A plain transaction's row takes each stage's row entry, one call each, bound here: the
-        decoder's ``read_row`` reads it in place from the frame, the assembler's ``plain_row``
-        makes its change, the dispatcher's ``row`` publishes it. Every other message, and a row a
-        stage declines (streamed, or of a table the capture filter drops), goes through ``decode``,
-        ``feed`` and ``handle``."""
+        """Frames in batches (``read_batch``); a plain transaction's row takes each stage's row
+        entry, bound here: ``read_row`` (in place), ``plain_row``, ``row``; every other message, and a
+        row a stage declines (streamed, a table the capture filter drops), ``decode``, ``feed`` and
+        ``handle``. The received position is reported per batch and before any housekeeping."""
         assert self.stream is not None and self.decoder is not None and self.dispatcher is not None
         read_batch = self.stream.read_batch
         decoder = self.decoder
@@ -323,11 +319,12 @@ class Session:
                 self._housekeeping(reply_requested=False)
                 continue
             large = len(batch[-1]) >= LARGE_FRAME_BYTES  # only ever last (read_batch)
+            last_end = INVALID_LSN
             for payload in batch[:-1] if large else batch:
                 if payload[0] == XLOG_TAG:
                     wal_start, wal_end = (xlog_positions(payload) if len(payload) > XLOG_PAYLOAD_AT
                                           else split_xlog(payload)[:2])  # raises on a header cut short
-                    received(wal_end)
+                    last_end = max(last_end, wal_end)
                     row_message = read_row(payload, XLOG_PAYLOAD_AT)
                     if row_message is None:
                         message: Message = decode(payload[XLOG_PAYLOAD_AT:])
@@ -347,13 +344,16 @@ class Session:
                             # A committed streamed/prepared transaction replays here in one go:
                             # keep serving delivery reports and the walsender's timeout.
                             events = 0
+                            received(last_end)
                             self._housekeeping(reply_requested=False)
                     frames += 1
                 else:
+                    received(last_end)
                     frame = parse_copy_message(payload)
                     assert isinstance(frame, Keepalive)  # the only other tag parse_copy_message accepts
                     self.reporter.server_lsn = frame.wal_end
                     self._housekeeping(reply_requested=frame.reply_requested)
+            received(last_end)
             if large:
                 self._large_frame(batch)
                 read_row = decoder.read_row

@@ -145,6 +145,11 @@ class _Publisher:
             self.produce(topic, key, value, callback, unit, idle, describe)
         return sum(len(key or b"") + len(value or b"") for _, key, value in records)
 
+    def row_producer(self, callback: Callable[..., None], unit: Unit,
+                     idle: Callable[[], None]) -> Callable[..., int]:
+        """``KafkaPublisher.row_producer``: ``produce_all`` bound to one unit."""
+        return lambda records, describe=None: self.produce_all(records, callback, unit, idle, describe)
+
 
 @dataclass
 class SessionRun:

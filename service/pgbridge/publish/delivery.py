@@ -34,7 +34,7 @@ from pgbridge.encode.envelope import OutRecord
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import OUTCOME_COMMITTED, Metrics
 from pgbridge.publish.oversize import Describe
-from pgbridge.publish.producer import Headers, KafkaPublisher
+from pgbridge.publish.producer import Headers, KafkaPublisher, RowProducer
 from pgbridge.publish.transactions import BeforeCommit, Position
 
 log = logging.getLogger(__name__)
@@ -70,13 +70,15 @@ def record_bytes(record: OutRecord) -> int:
 
 
 class Delivery:
-    """One open unit and the delivery callback its records share."""
+    """One open unit, the delivery callback its records share, and its row producer
+    (``KafkaPublisher.row_producer``: the row path's one call per change)."""
 
-    __slots__ = ("callback", "unit")
+    __slots__ = ("callback", "produce_all", "unit")
 
-    def __init__(self, unit: Unit, callback: Callable[..., None]) -> None:
+    def __init__(self, unit: Unit, callback: Callable[..., None], produce_all: RowProducer) -> None:
         self.unit = unit
         self.callback = callback
+        self.produce_all = produce_all
 
 
 class Deliveries:
@@ -107,7 +109,8 @@ class Deliveries:
         unit = self._tracker.open_unit(commit_ts_us)
         if self._transactions is not None:
             self._transactions.hold(unit)
-        return Delivery(unit, self._publisher.callback_for(unit))
+        callback = self._publisher.callback_for(unit)
+        return Delivery(unit, callback, self._publisher.row_producer(callback, unit, self._idle))
 
     def produce(self, delivery: Delivery, record: OutRecord, describe: Describe,
                 headers: Headers | None = None) -> int:
@@ -121,7 +124,7 @@ class Deliveries:
 
     def produce_all(self, delivery: Delivery, records: Sequence[OutRecord], describe: Describe) -> int:
         """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""
-        return self._publisher.produce_all(records, delivery.callback, delivery.unit, self._idle, describe)
+        return delivery.produce_all(records, describe)
 
     def seal(self, delivery: Delivery, end_lsn: Lsn | None) -> None:
         """No more records in the unit; ``end_lsn`` is where the watermark may move once it and

@@ -165,7 +165,7 @@ class Dispatcher:
     """
 
     __slots__ = ("_deliveries", "_describe_row", "_drop_tombstones", "_encode_row", "_exactly_once",
-                 "_last_relation", "_last_table", "_plain_rows", "_plain_tx", "_produce_all", "_row_event", "_skipped", "_skipped_ops", "_tx",
+                 "_last_relation", "_last_table", "_plain_rows", "_plain_tx", "_row_event", "_skipped", "_skipped_ops", "_tx",
                  "encoder", "filter", "incremental", "outbox", "position")
 
     def __init__(self, *, encoder: ChangeEncoder, deliveries: Deliveries, filter: PublishFilter,
@@ -187,7 +187,6 @@ class Dispatcher:
         # Bound once, read by ``row`` for every row.
         self._describe_row = self._row_origin
         self._encode_row = encoder.encode_row
-        self._produce_all = deliveries.produce_all
         self._last_relation: Relation | None = None  # the last row's Relation version, and its table name
         self._last_table = ""
         # ``row``'s common case: nothing configured that a row must be checked against, and the open
@@ -270,7 +269,7 @@ class Dispatcher:
         context.collection_order = order
         records = self._encode_row(event, context)
         self._row_event = event
-        tally.nbytes += self._produce_all(tx.delivery, records, self._describe_row)  # ``_TableTally.add``
+        tally.nbytes += tx.delivery.produce_all(records, self._describe_row)  # ``_TableTally.add``
         ops, op = tally.ops, event.op
         ops[op] = ops.get(op, 0) + 1
         snap = self.incremental

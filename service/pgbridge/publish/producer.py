@@ -45,6 +45,8 @@ from pgbridge.publish.transactions import (
     transactional_id,
 )
 
+# A unit's row producer (``KafkaPublisher.row_producer``): (records, describe) → key + value bytes.
+RowProducer = Callable[[Sequence[tuple[str, bytes | None, bytes | None]], Describe | None], int]
 log = logging.getLogger(__name__)
 
 # Delivery errors that no retry or reconnect can fix.
@@ -298,43 +300,57 @@ class KafkaPublisher:
     def produce_all(self, records: Sequence[tuple[str, bytes | None, bytes | None]],
                     callback: Callable[[KafkaError | None, Message], None], unit: Unit,
                     idle: Callable[[], None], describe: Describe | None = None) -> int:
-        """The row path's ``produce``: a change's records (``(topic, key, value)``, in order) with one
-        tracker update, the topic checked once per change of topic; returns key + value bytes.
+        """A change's records (``(topic, key, value)``, in order) in ``unit``: ``row_producer``'s."""
+        return self.row_producer(callback, unit, idle)(records, describe)
+
+    def row_producer(self, callback: Callable[[KafkaError | None, Message], None], unit: Unit,
+                     idle: Callable[[], None]) -> RowProducer:
+        """The row path's ``produce`` for one unit (made when the unit opens, publish/delivery.py):
+        ``(records, describe)`` → a change's records, in order, with one tracker update, the topic
+        checked once per change of topic; returns key + value bytes. A closure over the unit and
+        its callback, so a row costs one Python call here, not a forwarding call more.
 
         Topic creation is asked of ``topics`` only when the topic differs (by identity, then by
         value) from the previous call's: a table's plan hands out the same string every row.
         A record of ``WATCH_BYTES`` or more gets a callback of its own remembering ``describe``'s
         answer, in case the broker refuses it as too large.
         """
-        if self._dead_letters:
-            self._produce_dead_letters()
-        if self.transactions is not None:
-            self.transactions.ensure_open()
-        self._tracker.add_records(unit, len(records))
+        add_records = self._tracker.add_records
         produce = self._producer.produce
         watch = self._watch_bytes
-        nbytes = 0
-        for topic, key, value in records:
-            if topic is not self._last_topic:
-                self.topics.ensure(topic)
-                self._last_topic = topic
-            record_callback = callback
-            if value is not None:
-                size = len(value)
-                nbytes += size
-                if size >= watch:
-                    record_callback = self._watched(topic, key, size, callback, unit, describe)
-            try:
-                produce(topic, value, key, PARTITION_UNASSIGNED, record_callback)
-            except BufferError:
-                self._wait_and_produce(topic, key, value, record_callback, idle, describe)
-            except KafkaException as exc:  # too large, or a fatal producer state (fenced)
-                self._refused_record(exc, topic, key, value, record_callback, idle, describe)
-            if key is not None:
-                nbytes += len(key)
-        if self.transactions is not None:
-            self.transactions.wrote(len(records), nbytes)
-        return nbytes
+
+        def produce_records(records: Sequence[tuple[str, bytes | None, bytes | None]],
+                            describe: Describe | None = None) -> int:
+            if self._dead_letters:
+                self._produce_dead_letters()
+            transactions = self.transactions
+            if transactions is not None:
+                transactions.ensure_open()
+            add_records(unit, len(records))
+            nbytes = 0
+            for topic, key, value in records:
+                if topic is not self._last_topic:
+                    self.topics.ensure(topic)
+                    self._last_topic = topic
+                record_callback = callback
+                if value is not None:
+                    size = len(value)
+                    nbytes += size
+                    if size >= watch:
+                        record_callback = self._watched(topic, key, size, callback, unit, describe)
+                try:
+                    produce(topic, value, key, PARTITION_UNASSIGNED, record_callback)
+                except BufferError:
+                    self._wait_and_produce(topic, key, value, record_callback, idle, describe)
+                except KafkaException as exc:  # too large, or a fatal producer state (fenced)
+                    self._refused_record(exc, topic, key, value, record_callback, idle, describe)
+                if key is not None:
+                    nbytes += len(key)
+            if transactions is not None:
+                transactions.wrote(len(records), nbytes)
+            return nbytes
+
+        return produce_records
 
     def _wait_and_produce(self, topic: str, key: bytes | None, value: bytes | None,
                           callback: Callable[[KafkaError | None, Message], None], idle: Callable[[], None],
