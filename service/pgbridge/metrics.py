@@ -72,8 +72,9 @@ RECONNECT_TARGETS: Final[dict[type[TransientError], str]] = {
 }
 
 
-def reconnect_target(error: TransientError) -> str:
-    """The ``target`` label a transient failure is counted under (``RECONNECT_TARGETS``)."""
+def reconnect_target(error: Exception) -> str:
+    """The ``target`` label a transient failure is counted under (``RECONNECT_TARGETS``); anything
+    else that ends a session transiently (a Postgres connection lost mid-query) is Postgres."""
     for kind in type(error).__mro__:
         target = RECONNECT_TARGETS.get(kind)
         if target is not None:

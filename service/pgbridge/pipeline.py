@@ -303,7 +303,7 @@ class Session:
         """Frames in batches (``read_batch``); a plain transaction's row takes each stage's row
         entry, bound here: ``read_row`` (in place), ``plain_row``, ``row``; every other message, and a
         row a stage declines (streamed, a table the capture filter drops), ``decode``, ``feed`` and
-        ``handle``. The received position is reported per batch and before any housekeeping."""
+        ``handle``."""
         assert self.stream is not None and self.decoder is not None and self.dispatcher is not None
         read_batch = self.stream.read_batch
         decoder = self.decoder
@@ -319,12 +319,11 @@ class Session:
                 self._housekeeping(reply_requested=False)
                 continue
             large = len(batch[-1]) >= LARGE_FRAME_BYTES  # only ever last (read_batch)
-            last_end = INVALID_LSN
             for payload in batch[:-1] if large else batch:
                 if payload[0] == XLOG_TAG:
                     wal_start, wal_end = (xlog_positions(payload) if len(payload) > XLOG_PAYLOAD_AT
                                           else split_xlog(payload)[:2])  # raises on a header cut short
-                    last_end = max(last_end, wal_end)
+                    received(wal_end)
                     row_message = read_row(payload, XLOG_PAYLOAD_AT)
                     if row_message is None:
                         message: Message = decode(payload[XLOG_PAYLOAD_AT:])
@@ -344,16 +343,13 @@ class Session:
                             # A committed streamed/prepared transaction replays here in one go:
                             # keep serving delivery reports and the walsender's timeout.
                             events = 0
-                            received(last_end)
                             self._housekeeping(reply_requested=False)
                     frames += 1
                 else:
-                    received(last_end)
                     frame = parse_copy_message(payload)
                     assert isinstance(frame, Keepalive)  # the only other tag parse_copy_message accepts
                     self.reporter.server_lsn = frame.wal_end
                     self._housekeeping(reply_requested=frame.reply_requested)
-            received(last_end)
             if large:
                 self._large_frame(batch)
                 read_row = decoder.read_row
@@ -581,7 +577,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 session.close()
                 stop.wait(ha.standby_retry_s)
                 continue
-            except TransientError as exc:
+            except (TransientError, psycopg.OperationalError) as exc:  # the latter: Postgres went away mid-query
                 session.publisher.check_fenced()  # a fenced producer stops here, it never reconnects
                 health.last_error = str(exc)
                 metrics.reconnects.labels(reconnect_target(exc)).inc()

@@ -86,5 +86,7 @@ def test_on_three_brokers_topics_get_three_copies_and_min_insync_2(three_nodes: 
         manager.ensure(f"{prefix}._snapshot", compacted=True)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     for topic in (f"{prefix}.public.t", f"{prefix}._snapshot"):
-        replicas, configs = _shape(three_nodes.bootstrap, topic)
+        # a broker other than the controller may not know a topic created a moment ago: ask again
+        replicas, configs = wait_until(lambda: _shape(three_nodes.bootstrap, topic), timeout=30,  # noqa: B023
+                                       message=f"{topic} described by the three brokers")
         assert replicas == 3 and configs["min.insync.replicas"] == ("2", True), topic
