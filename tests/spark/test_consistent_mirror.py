@@ -36,17 +36,21 @@ def transfers(dsn: str, count: int, seed: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(count):
             amount = Decimal(rng.randint(1, 5000)) / 100
-            with conn.transaction():
-                # from one table to the other, touching a third row now and then
-                source, target = rng.sample(["checking", "savings"], 2)
-                conn.execute(f"UPDATE {source} SET amount = amount - %s WHERE id = %s",
-                             (amount, rng.randrange(ACCOUNTS)))
-                conn.execute(f"UPDATE {target} SET amount = amount + %s WHERE id = %s",
-                             (amount, rng.randrange(ACCOUNTS)))
-                if rng.random() < 0.2:
-                    moved = rng.randrange(ACCOUNTS)
-                    conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = %s", (moved,))
-                    conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = %s", (moved,))
+            # from one table to the other, touching a third row now and then
+            source, target = rng.sample(["checking", "savings"], 2)
+            rows = (rng.randrange(ACCOUNTS), rng.randrange(ACCOUNTS))
+            moved = rng.randrange(ACCOUNTS) if rng.random() < 0.2 else None
+            while True:  # two writers lock rows in either order: Postgres aborts one of a deadlock, retried
+                try:
+                    with conn.transaction():
+                        conn.execute(f"UPDATE {source} SET amount = amount - %s WHERE id = %s", (amount, rows[0]))
+                        conn.execute(f"UPDATE {target} SET amount = amount + %s WHERE id = %s", (amount, rows[1]))
+                        if moved is not None:
+                            conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = %s", (moved,))
+                            conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = %s", (moved,))
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    continue
 
 
 def mirrored_total(output: Path) -> tuple[Decimal, int]:
