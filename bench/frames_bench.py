@@ -6,7 +6,7 @@ workload is one transaction (BEGIN, the table's Relation, N row frames, COMMIT) 
 (old row 'O' and new row) and N deletes (old row 'O'). The frames are built beforehand and handed
 over in batches of 1024 memoryviews, as ``ReplicationStream.read_batch`` hands them; the real
 decoder, assembler, encoder, dispatcher and ack tracker run, and the producer is a stand-in that
-does the Python bookkeeping of ``KafkaPublisher.produce``/``produce_all`` (tracker, topic) and
+does the Python bookkeeping of ``KafkaPublisher.produce``/``row_producer`` (tracker, topic) and
 discards the record. The figure is CPU time (``time.process_time``, all threads: the machine may be
 shared, wall time would measure the neighbours) per row, the best of ``-r`` runs; only ``run()`` is
 timed. One machine's figure is only comparable with itself: use it to compare changes.

@@ -138,17 +138,17 @@ class _Publisher:
         number = self._units.setdefault(id(unit), len(self._units))
         self.records.append((topic, key, value, number, None if describe is None else describe(topic)))
 
-    def produce_all(self, records: list[tuple[str, bytes | None, bytes | None]], callback: Callable[..., None],
-                    unit: Unit, idle: Callable[[], None], describe: Callable[[str], RecordOrigin] | None = None) -> int:
-        for topic, key, value in records:  # KafkaPublisher.produce_all, one record at a time
-            self.topics.ensure(topic)
-            self.produce(topic, key, value, callback, unit, idle, describe)
-        return sum(len(key or b"") + len(value or b"") for _, key, value in records)
-
     def row_producer(self, callback: Callable[..., None], unit: Unit,
                      idle: Callable[[], None]) -> Callable[..., int]:
-        """``KafkaPublisher.row_producer``: ``produce_all`` bound to one unit."""
-        return lambda records, describe=None: self.produce_all(records, callback, unit, idle, describe)
+        """``KafkaPublisher.row_producer``: a change's records for one unit, one record at a time."""
+        def produce_records(records: list[tuple[str, bytes | None, bytes | None]],
+                            describe: Callable[[str], RecordOrigin] | None = None) -> int:
+            for topic, key, value in records:
+                self.topics.ensure(topic)
+                self.produce(topic, key, value, callback, unit, idle, describe)
+            return sum(len(key or b"") + len(value or b"") for _, key, value in records)
+
+        return produce_records
 
 
 @dataclass

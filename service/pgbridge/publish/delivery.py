@@ -26,7 +26,7 @@ carried it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pgbridge.ack.tracker import AckTracker, Unit
@@ -121,10 +121,6 @@ class Deliveries:
         publisher.produce(record.topic, record.key, record.value, delivery.callback, delivery.unit, self._idle,
                           describe, headers)
         return record_bytes(record)
-
-    def produce_all(self, delivery: Delivery, records: Sequence[OutRecord], describe: Describe) -> int:
-        """A row change's records, in order, with one tracker update (``KafkaPublisher.produce_all``)."""
-        return delivery.produce_all(records, describe)
 
     def seal(self, delivery: Delivery, end_lsn: Lsn | None) -> None:
         """No more records in the unit; ``end_lsn`` is where the watermark may move once it and

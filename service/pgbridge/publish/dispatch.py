@@ -302,7 +302,7 @@ class Dispatcher:
         records = self.encoder.encode_row(event, tx.next_context(tally))
         self._row_event = event
         published = row_records(records, event.op, False) if self._drop_tombstones else records
-        tally.add(event.op, self._deliveries.produce_all(tx.delivery, published, self._describe_row))
+        tally.add(event.op, tx.delivery.produce_all(published, self._describe_row))
         snap = self.incremental
         if snap is not None and snap.window_table == table:
             snap.drop_keys(record.key for record in records)

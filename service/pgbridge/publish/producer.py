@@ -173,7 +173,7 @@ class KafkaPublisher:
         self._admin = AdminClient(admin_config(config), logger=LibrdkafkaLog())
         self.topics = TopicManager.of(self._admin, config, stop=stop)  # its waits end on a stop
         self._max_in_flight = config.max_in_flight
-        self._last_topic: str | None = None  # produce_all: the last topic known to exist
+        self._last_topic: str | None = None  # row_producer: the last topic known to exist
 
     @property
     def config(self) -> KafkaConfig:
@@ -296,12 +296,6 @@ class KafkaPublisher:
             self._wait_and_produce(topic, key, value, callback, idle, describe, headers)
         except KafkaException as exc:
             self._refused_record(exc, topic, key, value, callback, idle, describe)
-
-    def produce_all(self, records: Sequence[tuple[str, bytes | None, bytes | None]],
-                    callback: Callable[[KafkaError | None, Message], None], unit: Unit,
-                    idle: Callable[[], None], describe: Describe | None = None) -> int:
-        """A change's records (``(topic, key, value)``, in order) in ``unit``: ``row_producer``'s."""
-        return self.row_producer(callback, unit, idle)(records, describe)
 
     def row_producer(self, callback: Callable[[KafkaError | None, Message], None], unit: Unit,
                      idle: Callable[[], None]) -> RowProducer:
