@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "spark"), str(ROOT / "service")]
 
+from e2e.spark_mirror import run_available_now  # noqa: E402
 from fastavro import parse_schema, schemaless_writer  # noqa: E402
 from jvm.fetch import classpath, fetch  # noqa: E402
 
@@ -173,19 +174,14 @@ def session(jars: str) -> Any:
 def mirror_once(spark: Any, bootstrap: str, work: Path, decoder: str, expected: int,
                 tables: tuple[str, ...] = ("public.narrow",)) -> dict[str, Any]:
     from pgbridge_spark.config import MirrorConfig
-    from pgbridge_spark.mirror import MirrorJob
 
     run = Path(tempfile.mkdtemp(prefix=f"{decoder}-", dir=work))
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(run / "out"),
                           checkpoint=str(run / "checkpoint"), decoder=decoder, tables=tables)
-    batches: list[int] = []
-    started = time.monotonic()
-    query = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(result.applied_count)).start(
-        available_now=True)
-    query.awaitTermination()
-    elapsed = time.monotonic() - started
-    if query.exception() is not None:
-        raise RuntimeError(f"{decoder}: {query.exception()}")
+    try:
+        elapsed, batches = run_available_now(spark, config)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{decoder}: {exc}") from exc
     mirrored = spark.read.format("delta").load(str(run / "out" / "public.narrow")).count()
     if mirrored != expected:
         raise RuntimeError(f"{decoder}: mirrored {mirrored} rows, expected {expected}")

@@ -35,6 +35,22 @@ class MirrorRun:
         return self.changes / self.seconds
 
 
+def run_available_now(spark: Any, config: Any) -> tuple[float, list[int]]:
+    """Run the mirror job of ``config`` once with ``--available-now``: (wall seconds from the
+    query's start to its end, each micro-batch's ``applied_count``); a failed query raises."""
+    from pgbridge_spark.mirror import MirrorJob
+
+    applied: list[int] = []
+    started = time.monotonic()
+    query = MirrorJob(spark, config, on_batch=lambda _batch, result: applied.append(result.applied_count)).start(
+        available_now=True)
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"the mirror job failed: {query.exception()}")
+    return seconds, applied
+
+
 class SparkMirror:
     """One SparkSession for the whole bench run (started on first use; ``close()`` stops it)."""
 
@@ -57,22 +73,13 @@ class SparkMirror:
     def apply(self, bootstrap: str, prefix: str, table: str, changes: int) -> MirrorRun:
         """Mirror topic ``{prefix}.public.{table}`` into a fresh Delta table; every change must apply."""
         from pgbridge_spark.config import MirrorConfig
-        from pgbridge_spark.mirror import MirrorJob
-
 
         spark = self._session()
         out = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=self._work))
         config = MirrorConfig(bootstrap_servers=bootstrap, prefix=prefix, output=str(out / "mirror"),
                               checkpoint=str(out / "checkpoint"), tables=(f"public.{table}",))
-        applied: list[int] = []
-        started = time.monotonic()
-        query = MirrorJob(spark, config, on_batch=lambda _batch, result: applied.append(result.applied_count)).start(
-            available_now=True)
-        query.awaitTermination()
-        seconds = time.monotonic() - started
         try:
-            if query.exception() is not None:
-                raise RuntimeError(f"the mirror job failed: {query.exception()}")
+            seconds, applied = run_available_now(spark, config)
             if sum(applied) != changes:
                 raise RuntimeError(f"the mirror job applied {sum(applied):,} of {changes:,} changes")
         finally:
