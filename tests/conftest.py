@@ -86,6 +86,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          scope="session")
 
 
+# Long tests first, so that with two workers (make test: pytest-xdist) the last minutes are not
+# one worker alone on a long test: the cluster mirror tests, then the other Spark jobs, then tests
+# marked slow; the rest (most of them short) after, in their order.
+FIRST: Final = ("cluster", "spark", "slow")
+# Tests sharing a costly session fixture run on one worker (``--dist loadgroup``): the Spark
+# standalone cluster with HDFS and S3, and the sdist/wheel built once for the packaging tests.
+PACKAGING: Final = "packaging"
+
+
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, name in enumerate(FIRST) if item.get_closest_marker(name)), len(FIRST))
+
+
+def _group(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("cluster"):
+        return "spark-cluster"
+    return PACKAGING if item.path.parent.name == PACKAGING else None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by session-scoped parameters
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_rank)  # stable: the order within a rank stays
+
+
 @pytest.fixture(scope="session")
 def pg_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
     """A running cluster of the test's Postgres version (``pytest_generate_tests``: 18, or each

@@ -3,6 +3,8 @@ a way for these minute-long steps to show their progress in ``make test`` as the
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,15 +14,23 @@ from tests.support.distribution import Dist, Echo, build, source_copy
 
 @pytest.fixture(scope="session")
 def live(pytestconfig: pytest.Config) -> Echo:
-    """Write a line to the terminal now, past pytest's output capture (as its live logging does)."""
+    """Write a line to the terminal now, past pytest's output capture (as its live logging does).
+
+    On a pytest-xdist worker (make test) there is no terminal reporter, and standard output is the
+    channel to the controller: the line goes to standard error, which the worker shares with it."""
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     terminal = pytestconfig.pluginmanager.getplugin("terminalreporter")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
 
     def echo(text: str) -> None:
-        if capture is None or terminal is None:
+        if capture is None:
             return
         with capture.global_and_fixture_disabled():
-            terminal.write(text, flush=True)
+            if worker is not None:
+                sys.stderr.write(text)
+                sys.stderr.flush()
+            elif terminal is not None:
+                terminal.write(text, flush=True)
 
     return echo
 
