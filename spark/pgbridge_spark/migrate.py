@@ -17,8 +17,9 @@ kept ``{output}/_pgbridge/`` (``consistent.json`` and a Parquet ``pending`` fold
   change again. Build the changelog anew under a new ``--output``;
 - a table that is already Delta is left alone, so the command can be run again after a failure.
 
-The old ``_pgbridge/`` control folder is deleted once every table converted: its positions belong
-to the old checkpoint, and the Delta job keeps its pending rows as a Delta table at the same path.
+The old ``_pgbridge/`` control folder (its ``pending`` is not a Delta table) is deleted once every
+table converted: its positions belong to the old checkpoint, and the Delta job keeps its pending
+rows as a Delta table at the same path.
 ``--dry-run`` prints the plan and changes nothing. Exit status 0 when everything was converted (or
 already was), 3 when some table was refused (the others are converted), 1 on a setup error.
 """
@@ -165,7 +166,8 @@ def migrate(spark: Any, output: str, *, dry_run: bool = False, echo: Any = print
             echo(f"{step.name}: converted")
     if not steps:
         echo(f"no table of the Parquet mirror under {output}")
-    if folders.exists(CONTROL_DIR, "consistent.json") and not refused:
+    old_control = folders.exists(CONTROL_DIR) and not is_table(spark, table_uri(output, f"{CONTROL_DIR}/pending"))
+    if old_control and not refused:
         echo(f"{CONTROL_DIR}/: the old job's control folder {'would be' if dry_run else 'is'} deleted")
         if not dry_run:
             folders.delete(CONTROL_DIR)

@@ -39,5 +39,6 @@ def test_the_unit_suite_passes_on_the_declared_minimum_versions(dist: Dist, tmp_
     assert installed_versions == {name: Version(v) for name, v in minimum_versions().items()}
     live("minimum versions: the unit suite there\n")
     suite = run([str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
-                cwd=REPO_ROOT, env=clean_env(), timeout=1200, echo=live)
+                cwd=REPO_ROOT, env=clean_env(), timeout=1200,
+                echo=lambda line: live(f"minimum versions | {line}"))  # told apart from the suite's own lines
     assert " passed" in suite.stdout
