@@ -70,8 +70,8 @@ def table_uri(output: str, name: str) -> str:
     return f"{output.rstrip('/')}/{name}"
 
 
-def _sql_path(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
+def _sql_path(path: str, table_format: str = "delta") -> str:
+    return f"{table_format}.{quoted(path)}"
 
 
 def is_table(spark: SparkSession, path: str) -> bool:
@@ -120,6 +120,17 @@ def create_table(spark: SparkSession, path: str, schema: StructType,
     for key, value in properties.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def convert_parquet(spark: SparkSession, path: str) -> None:
+    """A Parquet folder made a Delta table in place (``CONVERT TO DELTA``: files whose names start
+    with ``_`` are not data), with the properties of the job's own tables. A converted table starts
+    at reader 1 / writer 2, and setting the features' properties alone would not upgrade it: column
+    mapping with deletion vectors needs reader 3 / writer 7."""
+    spark.sql(f"CONVERT TO DELTA {_sql_path(path, 'parquet')}")
+    properties = {"delta.minReaderVersion": "3", "delta.minWriterVersion": "7", **TABLE_PROPERTIES}
+    assignments = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
+    spark.sql(f"ALTER TABLE {_sql_path(path)} SET TBLPROPERTIES ({assignments})")
 
 
 def stored_schema(spark: SparkSession, path: str) -> StructType:

@@ -29,20 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from pgbridge_spark.delta_tables import TABLE_PROPERTIES, MissingDelta, is_table, require_delta, table_uri
+from pgbridge_spark.delta_tables import MissingDelta, convert_parquet, is_table, require_delta, table_uri
 from pgbridge_spark.mirror import CONTROL_DIR
 from pgbridge_spark.packages import MissingJars
 
 STATE_FILE: Final = "_pgbridge_state.json"
 CHANGELOG_FOLDER: Final = "batch_id="
-# Delta's reader and writer versions for column mapping and deletion vectors together; a converted
-# table starts at 1/2, and setting the features' properties alone would not upgrade it.
-PROTOCOL: Final = {"delta.minReaderVersion": "3", "delta.minWriterVersion": "7"}
 EXIT_REFUSED: Final = 3
 
 
@@ -51,6 +48,10 @@ class Action(Enum):
     ALREADY_DELTA = "already Delta"
     REFUSE_KEYLESS = "refused: no key columns"
     REFUSE_CHANGELOG = "refused: a changelog"
+
+    @property
+    def refused(self) -> bool:
+        return self in (Action.REFUSE_KEYLESS, Action.REFUSE_CHANGELOG)
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,6 @@ def plan(found: Found) -> Step | None:
         return Step(found.name, Action.REFUSE_KEYLESS,
                     "its rows are a multiset and a replay would count them twice: re-snapshot it (docs/spark.md)")
     return Step(found.name, Action.CONVERT, f"key {', '.join(map(str, keys))}")
-
-
-def _sql_path(path: str) -> str:
-    return "`" + path.replace("`", "``") + "`"
 
 
 class Folders:
@@ -143,25 +140,16 @@ def survey(spark: Any, output: str, folders: Folders) -> list[Step]:
     return steps
 
 
-def convert(spark: Any, path: str) -> None:
-    """``CONVERT TO DELTA`` (files starting with ``_`` are not data: the state file is ignored),
-    then the mirror job's table properties."""
-    spark.sql(f"CONVERT TO DELTA parquet.{_sql_path(path)}")
-    properties = {**PROTOCOL, **TABLE_PROPERTIES}
-    assignments = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
-    spark.sql(f"ALTER TABLE delta.{_sql_path(path)} SET TBLPROPERTIES ({assignments})")
-
-
-def migrate(spark: Any, output: str, *, dry_run: bool = False, echo: Any = print) -> int:
+def migrate(spark: Any, output: str, *, dry_run: bool = False, echo: Callable[[str], None] = print) -> int:
     """Convert what can be converted under ``output``; the exit status (module docstring)."""
     require_delta(spark)
     folders = Folders(spark, output)
     steps = survey(spark, output, folders)
-    refused = [s for s in steps if s.action in (Action.REFUSE_KEYLESS, Action.REFUSE_CHANGELOG)]
+    refused = [s for s in steps if s.action.refused]
     for step in steps:
         echo(f"{step.name}: {step.action.value} ({step.why})")
         if step.action is Action.CONVERT and not dry_run:
-            convert(spark, table_uri(output, step.name))
+            convert_parquet(spark, table_uri(output, step.name))
             folders.delete(step.name, STATE_FILE)
             echo(f"{step.name}: converted")
     if not steps:
