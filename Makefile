@@ -32,8 +32,8 @@ lint: install
 	$(VENV)/bin/ruff check service tests bench spark jvm setup.py
 	$(VENV)/bin/mypy
 
-# Two workers (pytest-xdist): the suite waits on servers as much as it computes; tests/conftest.py
-# starts the long tests first and keeps tests sharing a costly server on one worker.
+# Two workers (pytest-xdist), one per core: with both, the CPUs are 86% busy over a run (README).
+# tests/conftest.py starts the long tests first and keeps tests sharing a costly server on one worker.
 TEST_WORKERS ?= 2
 test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadgroup

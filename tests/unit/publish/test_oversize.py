@@ -6,7 +6,7 @@ librdkafka's produce() does, and lets the test hand out delivery reports."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -152,12 +152,17 @@ def test_row_key_text_takes_key_columns_from_the_right_tuple() -> None:
     assert row_key_text(RowChange("c", keyless, Lsn(1), None, None, TupleData(b"t", (b"a",)))) == "(no key columns)"
 
 
+def _produce(publisher: KafkaPublisher, unit: Unit, records: Sequence[tuple[str, bytes | None, bytes | None]]) -> int:
+    """One change's records through the unit's row producer, as the dispatcher sends them."""
+    return publisher.row_producer(publisher.callback_for(unit), unit, _idle)(records, lambda topic: ORIGIN)
+
+
 def test_stop_refused_at_produce_raises_the_clear_error_and_confirms_nothing(
         stop: tuple[KafkaPublisher, FakeProducer], tracker: AckTracker, metrics: Metrics) -> None:
     publisher, fake = stop
     unit = tracker.open_unit()
     with pytest.raises(PublishError, match=r"table public.docs key \{id=7\}.* is 20,004 bytes") as raised:
-        publisher.row_producer(publisher.callback_for(unit), unit, _idle)([("app.public.docs", b"kkkk", b"v" * 20_000)], lambda topic: ORIGIN)
+        _produce(publisher, unit, [("app.public.docs", b"kkkk", b"v" * 20_000)])
     assert raised.value.hint is not None and "max.message.bytes" in raised.value.hint
     assert unit.pending == 1 and not fake.queued  # never delivered: the unit can never complete
     assert _counted(metrics, "public.docs") == 1
@@ -171,7 +176,7 @@ def test_dead_letter_refused_at_produce_goes_on_and_completes_on_the_letters_ack
     publisher, fake = dead_letter
     unit = tracker.open_unit()
     records = [("app.public.docs", b"k1", b"v" * 20_000), ("app.public.docs", b"k2", b"small")]
-    publisher.row_producer(publisher.callback_for(unit), unit, _idle)(records, lambda topic: ORIGIN)
+    _produce(publisher, unit, records)
     assert [(topic, key) for topic, key, _value, _cb in fake.queued] == [
         ("app._dead_letter", b"k1"), ("app.public.docs", b"k2")]
     letter = json.loads(fake.queued[0][2] or b"")
@@ -190,7 +195,7 @@ def test_stop_refused_by_the_broker_fails_the_unit_with_the_clear_error(
         stop: tuple[KafkaPublisher, FakeProducer], tracker: AckTracker, metrics: Metrics) -> None:
     publisher, fake = stop
     unit = tracker.open_unit()
-    publisher.row_producer(publisher.callback_for(unit), unit, _idle)([("app.public.docs", b"k", b"v" * 9_000)], lambda topic: ORIGIN)
+    _produce(publisher, unit, [("app.public.docs", b"k", b"v" * 9_000)])
     tracker.seal(unit, Lsn(0x100))
     fake.queued[0][3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), delivered_message())
     assert unit.failed
@@ -205,7 +210,7 @@ def test_dead_letter_refused_by_the_broker_is_produced_at_the_next_poll(
         completed: Completed) -> None:
     publisher, fake = dead_letter
     unit = tracker.open_unit()
-    publisher.row_producer(publisher.callback_for(unit), unit, _idle)([("app.public.docs", b"k", b"v" * 9_000)], lambda topic: ORIGIN)
+    _produce(publisher, unit, [("app.public.docs", b"k", b"v" * 9_000)])
     tracker.seal(unit, Lsn(0x100))
     fake.queued.pop()[3](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large"), delivered_message())
     assert not unit.failed and unit.pending == 1 and not fake.queued  # not from inside the callback
