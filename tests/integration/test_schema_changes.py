@@ -68,11 +68,15 @@ NEWEST_VIEW = [{"ident": 1, "title": "one", "n": 1}, {"ident": 2, "title": "two"
 
 
 def _run(dsn: str, steps: list[tuple[list[str], list[str]]]) -> None:
+    """Each step in its own transaction; a warning (the trigger's "DDL capture failed") fails it."""
+    warnings: list[str] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda notice: warnings.append(f"{notice.severity}: {notice.message_primary}"))
         for statements, _ in steps:
             with conn.transaction():
                 for statement in statements:
                     conn.execute(statement)
+    assert not [w for w in warnings if w.startswith("WARNING")], warnings
 
 
 def _wal_position(dsn: str) -> int:
@@ -118,8 +122,14 @@ def _capture(dsn: str, broker: Broker, prefix: str, extra: dict[str, str], *,
         assert bridge.alive(), bridge.log()
         _run(dsn, BEFORE_RESTART)
         if kill_when_committed:
-            read_topics(broker.bootstrap, [f"{prefix}.public.evo", f"{prefix}.schema_changes"],
-                        min_count={f"{prefix}.public.evo": 4, f"{prefix}.schema_changes": 3}, timeout=60, idle=0)
+            first = [f"{prefix}.public.evo", f"{prefix}.schema_changes"]
+            try:
+                read_topics(broker.bootstrap, first, min_count=dict(zip(first, [4, 3], strict=True)), timeout=60, idle=0)
+            except AssertionError as exc:  # say what Kafka holds, committed or not, and what the bridge did
+                uncommitted = read_topics(broker.bootstrap, first, timeout=10, idle=2, isolation="read_uncommitted")
+                held = {topic: [(r.partition, r.offset, len(r.value or b"")) for r in rows]
+                        for topic, rows in uncommitted.items()}
+                raise AssertionError(f"{exc}\nread_uncommitted: {held}\n{bridge.log()}") from None
         else:
             written = _wal_position(dsn)
             wait_until(lambda: (slot_confirmed_flush_lsn(dsn, prefix) or 0) >= written or not bridge.alive(),
