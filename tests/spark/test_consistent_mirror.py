@@ -92,7 +92,7 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
         # when: transfers run while the job mirrors in small micro-batches
         query = MirrorJob(spark, config, on_batch=check).start()
         try:
-            writers = [threading.Thread(target=transfers, args=(pg_dsn, 40, seed)) for seed in (1, 2)]
+            writers = [threading.Thread(target=transfers, args=(pg_dsn, 20, seed)) for seed in (1, 2)]
             for writer in writers:
                 writer.start()
             for writer in writers:
