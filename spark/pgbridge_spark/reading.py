@@ -57,7 +57,7 @@ def read_consistent(spark: SparkSession, output: str, tables: Sequence[str]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pgbridge_spark.session import build_session
+    from pgbridge_spark.session import build_session, quiet_loggers
 
     parser = argparse.ArgumentParser(prog="python -m pgbridge_spark.reading", description=__doc__.splitlines()[0])
     parser.add_argument("output", help="the mirror job's --output")
@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spark = build_session("local[1]", app_name="pgbridge-read")
     spark.sparkContext.setLogLevel("ERROR")
+    quiet_loggers(spark)
     try:
         frames, cut = read_consistent(spark, args.output, args.tables)
         print(f"consistent cut: commit LSN {cut}")

@@ -1,0 +1,58 @@
+"""What the job does to its Spark session besides the SQL settings: Delta's harmless ERROR line.
+
+Delta 4.2 logs ``ERROR DeltaParquetFileFormat: Failed to translate filter`` each time a table with
+column mapping and deletion vectors (every table the job writes) is read with a deleted row in
+it. ``session.apply_job_defaults`` (the mirror job, the migration tool) and the reading tool quiet
+that logger: here its level flips in a running session, and ``python -m pgbridge_spark.reading``
+run as a user runs it prints such a table without the line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+from pgbridge_spark import delta_tables
+from pgbridge_spark.session import QUIET_LOGGERS, apply_job_defaults
+from tests.support.distribution import REPO_ROOT
+
+pytestmark = [pytest.mark.spark]
+
+NOISE = "Failed to translate filter"
+
+
+def _table_with_a_deleted_row(spark: Any, path: str) -> None:
+    """A table as the job creates it (column mapping, deletion vectors), one row deleted."""
+    delta_tables.create_table(spark, path, StructType([StructField("id", LongType()), StructField("v", IntegerType())]))
+    spark.range(0, 12).selectExpr("id", "cast(id * 10 as int) v").write.format("delta").mode("append").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 5")
+
+
+def test_the_job_defaults_raise_deltas_noisy_logger_above_error(spark: Any) -> None:
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    for name in QUIET_LOGGERS:  # as a session starts (another test may have quieted it already)
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
+    assert all(log4j.LogManager.getLogger(name).isErrorEnabled() for name in QUIET_LOGGERS)
+    apply_job_defaults(spark)
+    assert not any(log4j.LogManager.getLogger(name).isErrorEnabled() for name in QUIET_LOGGERS)
+    assert all(log4j.LogManager.getLogger(name).isFatalEnabled() for name in QUIET_LOGGERS)
+
+
+def test_the_reading_tool_prints_a_table_with_deleted_rows_without_an_error_line(spark: Any, tmp_path: Path) -> None:
+    # given
+    output = tmp_path / "mirror"
+    _table_with_a_deleted_row(spark, str(output / "public.t"))
+    # when: as docs/spark.md says
+    done = subprocess.run([sys.executable, "-m", "pgbridge_spark.reading", str(output), "public.t"],
+                          cwd=REPO_ROOT / "spark", capture_output=True, text=True, timeout=300, check=False)
+    # then
+    assert done.returncode == 0, done.stderr[-4000:]
+    shown = [line for line in done.stdout.splitlines() if line.startswith("|") and "id" not in line]
+    assert sorted(int(line.split("|")[1]) for line in shown) == [i for i in range(12) if i != 5], done.stdout
+    assert NOISE not in done.stderr, done.stderr[-4000:]
