@@ -47,7 +47,7 @@ def test_broker_outage_holds_the_slot_and_redelivers_to_the_new_broker(
     with BridgeProcess(env).start(http=True) as bridge:
         assert bridge.http_port is not None
         port = bridge.http_port
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         _insert(pg_dsn, 1, 50)
         read_topic(fresh_broker.bootstrap, topic, min_count=50, timeout=60, idle=0.5)
         end_of_first = wal_insert_lsn(pg_dsn)

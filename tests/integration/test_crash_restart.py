@@ -12,8 +12,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 from tests.support.workload import ITEMS_DDL, Workload, verify_committed
 
 pytestmark = pytest.mark.integration
@@ -34,8 +32,7 @@ def test_sigkill_at_random_points_loses_nothing_and_duplicates_are_identical(
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.items", "PGBRIDGE_SNAPSHOT__MODE": "never"})
     bridge = BridgeProcess(env).start()
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message="slot never created")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         workload = Workload(pg_dsn, transactions=1500, seed=7)
         # when: the workload runs while pgbridge is killed and restarted at random moments
         workload.start()

@@ -10,8 +10,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -57,8 +55,7 @@ def test_mixed_workload_arrives_exactly_once_in_commit_order(pg_dsn: str, kafka_
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.customers,public.orders,public.audit",
                             "PGBRIDGE_SNAPSHOT__MODE": "never"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when
         _workload(pg_dsn)
         with psycopg.connect(pg_dsn) as conn:

@@ -205,7 +205,7 @@ def test_kill_9_five_times_read_committed_sees_each_change_exactly_once_and_whol
     topics = [*_topics(topic_prefix), f"{topic_prefix}.transactions"]
     checker = AtomicityChecker(kafka_broker.bootstrap, topic_prefix, topics)
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         workload = Transfers(pg_dsn, transactions=1_000_000, seed=17)  # until halted after the kills
         workload.start()
         wait_until(lambda: workload.committed > 50, timeout=60, message="workload did not start")
@@ -335,8 +335,7 @@ def test_an_initial_snapshot_read_by_parallel_workers_commits_each_row_once(
                             "PGBRIDGE_KAFKA__EXACTLY_ONCE": "true", "PGBRIDGE_HA__LEADER_ELECTION": "false"})
     with BridgeProcess(env).start() as bridge:
         # when
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=120,
-                   message=f"the snapshot never finished: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=120, waiting_for="the snapshot to finish")
         records = read_topics(kafka_broker.bootstrap, [f"{topic_prefix}.public.t"], min_count=30000,
                               timeout=120)[f"{topic_prefix}.public.t"]
         store = load_schemas(kafka_broker.bootstrap, topic_prefix)

@@ -76,8 +76,7 @@ def test_bridge_continues_on_the_promoted_standby_without_loss_or_phantoms(
         with BridgeProcess(env).start(http=True) as bridge:
             port = bridge.http_port
             assert port is not None
-            wait_until(lambda: slot_confirmed_flush_lsn(primary_dsn, topic_prefix) is not None, timeout=60,
-                       interval=0.2, message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
+            bridge.wait_confirmed(primary_dsn, topic_prefix, timeout=60, waiting_for="the initial snapshot to finish")
             writer.start()
             # the slot is a failover slot, the standby holds it synchronized, and both say so
             assert (_slot_row(primary_dsn, topic_prefix) or (False,))[0], "not created as a failover slot"

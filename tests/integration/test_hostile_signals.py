@@ -11,7 +11,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.churn import create_filled_table
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -40,7 +39,7 @@ def test_malformed_signals_are_logged_and_skipped_and_the_stream_goes_on(
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.items", "PGBRIDGE_SNAPSHOT__MODE": "never",
                             "PGBRIDGE_SNAPSHOT__CHUNK_ROWS": "200"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for content, transactional, _reason in HOSTILE:
                 conn.execute("SELECT pg_logical_emit_message(%s, 'pgbridge.signal', %s::bytea)",

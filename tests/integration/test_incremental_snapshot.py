@@ -19,7 +19,6 @@ from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.churn import Churn, create_filled_table
 from tests.support.http import metric, scrape
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -57,7 +56,7 @@ def test_incremental_snapshot_of_a_busy_table_on_signal_replays_to_the_final_tab
     bridge = BridgeProcess(env).start()
     churn = Churn(pg_dsn, "public.busy", ROWS, seed=3)
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         churn.start()
         # when: the operator signals a snapshot of the table
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -86,7 +85,7 @@ def test_table_added_to_the_publication_at_run_time_is_snapshotted_incrementally
     bridge = BridgeProcess(env).start()
     churn = Churn(pg_dsn, "public.late", ROWS // 2, seed=4)
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=120, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=120)
         churn.start()
         # when: the table joins the publication while it keeps changing
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -135,7 +134,7 @@ def test_pause_holds_an_incremental_snapshot_durably_and_resume_completes_it(
     topic = f"{topic_prefix}.public.calm"
     bridge = BridgeProcess(env).start(http=True)
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when: a snapshot is requested and paused at once
         _signal(pg_dsn, emit_signal_sql(["public.calm"]), emit_signal_sql([], kind=SIGNAL_PAUSE_SNAPSHOT))
         wait_until(lambda: "incremental snapshot paused" in bridge.log(), timeout=60, message="never paused")
@@ -176,7 +175,7 @@ def test_stop_ends_an_incremental_snapshot_and_streaming_goes_on(
                             "PGBRIDGE_SNAPSHOT__CHUNK_ROWS": "200"})
     topic = f"{topic_prefix}.public.calm"
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when: a stop of every table follows the request
         _signal(pg_dsn, emit_signal_sql(["public.calm"]), emit_signal_sql([], kind=SIGNAL_STOP_SNAPSHOT))
         wait_until(lambda: "incremental snapshot stopped" in bridge.log(), timeout=60, message="never stopped")

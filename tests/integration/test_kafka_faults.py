@@ -57,7 +57,7 @@ def _start(pg_dsn: str, cluster: KafkaCluster, prefix: str) -> tuple[dict[str, s
                             "PGBRIDGE_KAFKA__TOPIC_REPLICATION_FACTOR": "3",
                             "PGBRIDGE_KAFKA__DELIVERY_TIMEOUT_MS": "120000"})
     bridge = BridgeProcess(env).start()
-    wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60, message="slot never created")
+    bridge.wait_confirmed(pg_dsn, prefix, timeout=60)
     return env, bridge
 
 

@@ -26,7 +26,6 @@ from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.cli import check
 from tests.support.http import metric, scrape
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -143,8 +142,7 @@ def test_the_documented_grants_are_enough_for_every_feature(
     checked = check(env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     with BridgeProcess(env).start(http=True) as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(roles.admin_dsn, topic_prefix), timeout=90,
-                   message="no slot as the least-privileged role")
+        bridge.wait_confirmed(roles.admin_dsn, topic_prefix, waiting_for="its slot, as the least-privileged role")
         _run_as(roles.owner_dsn, [
             "INSERT INTO shop.orders VALUES (100001, 1, 9.99)",
             "UPDATE shop.customers SET name = 'renamed' WHERE id = 2",

@@ -8,8 +8,6 @@ import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, change_events, read_events
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 # Version-specific: Postgres 16 added pgoutput's origin option; on 15 origin=none is refused.
 pytestmark = [pytest.mark.integration, pytest.mark.each_pg_version]
@@ -41,7 +39,7 @@ def test_origin_is_carried_or_filtered(origin: str, pg_dsn: str, kafka_broker: B
         assert "postgres.origin=none needs PostgreSQL 16 or later" in bridge.log()
         return
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         _write(pg_dsn, f"upstream_{topic_prefix}")
         events = change_events(read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.t", topic_prefix,
                                            min_count=1 if origin == "none" else 2, timeout=60))

@@ -13,9 +13,7 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.cli import check
 from tests.support.kafka import Record, list_topics, read_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +45,7 @@ def test_outbox_inserts_become_events_per_aggregate_in_commit_order(
         "PGBRIDGE_KAFKA__EXACTLY_ONCE": str(exactly_once).lower()})
     order_topic, customer_topic, blob_topic = (f"{topic_prefix}_outbox.{kind}" for kind in ("Order", "Customer", "Blob"))
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: an order with its event, events of two aggregates, a later event of the first,
         # then an update and a delete of outbox rows
         with psycopg.connect(pg_dsn) as conn:

@@ -24,7 +24,6 @@ from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
 from tests.support.postgres import commit_bound, slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.replay import wait_caught_up
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -54,7 +53,7 @@ def _insert(pg_dsn: str, row_id: int, body: str) -> None:
 
 def _started(env: dict[str, str], pg_dsn: str, prefix: str, *, http: bool = False) -> BridgeProcess:
     bridge = BridgeProcess(env).start(http=http)
-    wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60, message="slot never created")
+    bridge.wait_confirmed(pg_dsn, prefix, timeout=60)
     return bridge
 
 

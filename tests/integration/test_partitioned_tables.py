@@ -16,7 +16,6 @@ from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -43,8 +42,7 @@ def test_partitioned_table_is_snapshotted_once_and_streamed_on_the_roots_topic(
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": TABLE, "PGBRIDGE_SNAPSHOT__CHUNK_ROWS": "300"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix) is not None, timeout=90, interval=0.3,
-                   message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, waiting_for="the initial snapshot to finish")
         # when: a partition is created while streaming and filled, rows move between partitions
         # (their key changes: year is in it), others change in place or go away
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -81,8 +81,7 @@ def test_postgres_restarts_lose_nothing(pg_version: int, pg_cluster_factory: PgC
     with BridgeProcess(env).start(http=True) as bridge:
         port = bridge.http_port
         assert port is not None
-        wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix) is not None, timeout=60, interval=0.2,
-                   message=f"the initial snapshot never finished: {bridge.log()[-2000:]}")
+        bridge.wait_confirmed(dsn, topic_prefix, timeout=60, waiting_for="the initial snapshot to finish")
         _readyz(bridge, 200, "at start", timeout=30)
         writer.start()
         try:

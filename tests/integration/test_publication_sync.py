@@ -15,7 +15,6 @@ import pytest
 
 from tests.support.bridge import BridgeProcess, bridge_env, change_events, read_events
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -42,8 +41,7 @@ def test_a_table_added_to_postgres_tables_is_published_and_streamed_after_a_rest
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(TABLES)
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, "public.a,public.b")).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message="slot never created")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO a VALUES (1)")
         read_events(kafka_broker.bootstrap, f"{topic_prefix}.public.a", topic_prefix, min_count=1)

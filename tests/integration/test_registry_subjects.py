@@ -24,7 +24,6 @@ from tests.support.broker import Broker
 from tests.support.kafka import read_topic, read_topics
 from tests.support.postgres import commit_bound, run_sql, slot_confirmed_flush_lsn
 from tests.support.registry import SchemaRegistry
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +50,7 @@ def _stream_one_row(dsn: str, broker: Broker, prefix: str, env: dict[str, str]) 
     """Start pgbridge, insert one row, return the table's and the transactions topic's records."""
     topic = f"{prefix}.public.items"
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix) is not None, timeout=60,
-                   message=f"no slot: {bridge.log()}")
+        bridge.wait_confirmed(dsn, prefix, timeout=60)
         run_sql(dsn, "INSERT INTO items VALUES (1, 10)")
         records = read_topics(broker.bootstrap, [topic, f"{prefix}.transactions"],
                               min_count={topic: 1, f"{prefix}.transactions": 2}, timeout=60)
@@ -132,8 +130,7 @@ def test_lookup_only_stops_naming_a_missing_subject_and_confirms_nothing(pg_dsn:
             registry.register(entry["subject"], entry["schema"])
     before = registry.subjects()
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix) is not None, timeout=60,
-                   message=f"no slot: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when
         bound = commit_bound(pg_dsn, "INSERT INTO items VALUES (1, 10)")
         # then: pgbridge stops with one line naming the subject

@@ -10,8 +10,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +37,7 @@ def test_key_and_before_follow_each_replica_identity(pg_dsn: str, kafka_broker: 
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(f"public.{t}" for t in TABLES),
                             "PGBRIDGE_SNAPSHOT__MODE": "never"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for table in ("ri_default", "ri_full", "ri_index"):

@@ -19,9 +19,7 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.cli import check
 from tests.support.kafka import Record, list_topics, read_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.replay import wait_caught_up
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -56,8 +54,7 @@ def test_skipped_operations_publish_nothing_and_still_advance_the_slot(
     a, b, transactions = (f"{topic_prefix}.public.rt_a", f"{topic_prefix}.public.rt_b",
                           f"{topic_prefix}.transactions")
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when: one transaction mixing published and skipped ops, then one of skipped ops only
         with psycopg.connect(pg_dsn) as conn:
             conn.execute("INSERT INTO rt_a VALUES (1, 'x'), (2, 'x')")
@@ -94,8 +91,7 @@ def test_without_tombstones_a_delete_is_its_delete_record_alone(
     env = _start_env(pg_dsn, kafka_broker, topic_prefix, PGBRIDGE_KAFKA__TOMBSTONES_ON_DELETE="false")
     a = f"{topic_prefix}.public.rt_a"
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when: a delete, then an insert after it (so a tombstone, had it come, would be before it)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO rt_a VALUES (1, 'x')")
@@ -127,8 +123,7 @@ def test_routed_tables_publish_to_their_topics_and_keys_stay_unique_on_a_shared_
     merged, solo = f"{topic_prefix}.merged.ab", f"{topic_prefix}.solo.rt_c"
     transactions = f"{topic_prefix}.transactions"
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: changes to every table, in one transaction, then an incremental snapshot of rt_c
         with psycopg.connect(pg_dsn) as conn:
             conn.execute("UPDATE rt_a SET v = 'a2'")

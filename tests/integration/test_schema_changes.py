@@ -118,8 +118,7 @@ def _capture(dsn: str, broker: Broker, prefix: str, extra: dict[str, str], *,
         "PGBRIDGE_POSTGRES__TABLES": "public.evo", "PGBRIDGE_SNAPSHOT__MODE": "never",
         "PGBRIDGE_POSTGRES__DDL_EVENTS": "true", **extra})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix) or not bridge.alive(), timeout=60, message="no slot")
-        assert bridge.alive(), bridge.log()
+        bridge.wait_confirmed(dsn, prefix, timeout=60)
         _run(dsn, BEFORE_RESTART)
         if kill_when_committed:
             first = [f"{prefix}.public.evo", f"{prefix}.schema_changes"]

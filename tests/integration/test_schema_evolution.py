@@ -12,8 +12,6 @@ from fastavro import parse_schema, schemaless_reader
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +25,7 @@ def test_alter_table_mid_stream_keeps_old_readers_reading_and_schemas_decode_eve
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.evo", "PGBRIDGE_SNAPSHOT__MODE": "never",
                             "PGBRIDGE_HTTP__HOST": "127.0.0.1"})
     with BridgeProcess(env).start(http=True) as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO evo VALUES (1, 'one', 1)")

@@ -85,7 +85,7 @@ def test_sigterm_mid_workload_confirms_the_end_of_the_last_delivered_transaction
                         conn.execute("INSERT INTO t VALUES (%s, 'w')", (i,))
 
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix), timeout=60, message="no slot")
+        bridge.wait_confirmed(dsn, topic_prefix, timeout=60)
         writer = threading.Thread(target=workload, daemon=True)
         writer.start()
         # mid-workload: transactions committed after the writer started are being delivered

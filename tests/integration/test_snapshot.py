@@ -63,8 +63,7 @@ def test_snapshot_under_concurrent_updates_and_deletes_replays_to_the_final_tabl
     try:
         # when: the snapshot runs while the churn goes on
         started = time.monotonic()
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=600, interval=0.2,
-                   message="the snapshot never finished")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=600, waiting_for="the snapshot to finish")
         elapsed = time.monotonic() - started
         # some streaming after the snapshot, still under churn: changes made after it are confirmed
         after_snapshot = wal_insert_lsn(pg_dsn)
@@ -106,8 +105,7 @@ def test_sigkill_mid_snapshot_resumes_and_replays_to_the_final_table(
         assert _slot_exists(pg_dsn, f"{topic_prefix}_snapshot")
         assert not _slot_exists(pg_dsn, topic_prefix), "the snapshot finished before the kill"
         bridge = BridgeProcess(env, log_path=bridge.log_path).start()
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=600, interval=0.2,
-                   message="the resumed snapshot never finished")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=600, waiting_for="the resumed snapshot to finish")
         churn.stop()
         wait_caught_up(pg_dsn, topic_prefix, timeout=300)
         # then: nothing lost, nothing stale; the second run resumed rather than starting over

@@ -21,7 +21,7 @@ from tests.support.broker import Broker, require_transactions
 from tests.support.churn import Churn, create_filled_table
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topics
-from tests.support.postgres import execute, slot_confirmed_flush_lsn
+from tests.support.postgres import execute
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
 
@@ -113,8 +113,7 @@ def test_kill_9_mid_chunk_of_initial_and_incremental_snapshots_shows_each_row_on
             initial_kills += 1
         if not bridge.alive():
             bridge = BridgeProcess(env, log_path=bridge.log_path).start(http=True)
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=180, interval=0.2,
-                   message="the initial snapshot never finished")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=180, waiting_for="the initial snapshot to finish")
         # ... then an incremental snapshot of both keyed tables under churn, killed the same way
         churn.start()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

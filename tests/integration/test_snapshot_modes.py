@@ -143,8 +143,7 @@ def test_when_needed_snapshots_again_after_the_slot_was_invalidated_and_initial_
     dsn = cluster.dsn("app")
     create_filled_table(dsn, TABLE, 1000)
     with BridgeProcess(_env(dsn, kafka_broker, topic_prefix, "when_needed")).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(dsn, topic_prefix), timeout=300,
-                   message="the first snapshot never finished")
+        bridge.wait_confirmed(dsn, topic_prefix, timeout=300, waiting_for="the first snapshot to finish")
         assert bridge.terminate() == 0, bridge.log()[-4000:]
 
     # when: WAL moves on past the limit while the bridge is stopped
@@ -200,8 +199,7 @@ def test_filters_thin_the_initial_and_incremental_snapshots_but_not_the_stream(
     topic = f"{topic_prefix}.{TABLE}"
     with BridgeProcess(env).start() as bridge:
         # when: the initial snapshot, a change of an odd row, then an incremental snapshot on signal
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=300,
-                   message="the initial snapshot never finished")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=300, waiting_for="the initial snapshot to finish")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("UPDATE public.items SET v = 'odd and streamed' WHERE id = 1")
             conn.execute(emit_signal_sql([TABLE], "pgbridge.signal"))
@@ -225,7 +223,7 @@ def test_bad_filters_are_one_line_each_in_check_and_stop_run_with_exit_2(
     filters = {TABLE: "id >", "public.outside": "id > 1"}
     env = _env(pg_dsn, kafka_broker, topic_prefix, "initial", PGBRIDGE_SNAPSHOT__FILTERS=json.dumps(filters))
     with BridgeProcess(_env(pg_dsn, kafka_broker, topic_prefix, "never")).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=120, message="no slot")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=120)
         assert bridge.terminate() == 0  # the publication exists from here on
     # when: check, then run, with the bad filters
     checked = pgbridge("check", env=env, timeout=300)

@@ -103,8 +103,7 @@ def test_streaming_from_a_standby_replays_to_the_primarys_tables(
         with BridgeProcess(env).start(http=True) as bridge:
             port = bridge.http_port
             assert port is not None
-            wait_until(lambda: slot_confirmed_flush_lsn(standby_dsn, topic_prefix) is not None, timeout=120,
-                       interval=0.2, message=f"no slot on the standby: {bridge.log()[-3000:]}")
+            bridge.wait_confirmed(standby_dsn, topic_prefix, timeout=120, waiting_for="its slot on the standby")
             wait_until(lambda: "initial snapshot complete" in bridge.log(), timeout=120, interval=0.2,
                        message=f"the initial snapshot never finished: {bridge.log()[-3000:]}")
             snapshot_done = time.monotonic() - started

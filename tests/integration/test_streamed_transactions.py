@@ -14,7 +14,6 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker, require_transactions
 from tests.support.http import metric, scrape
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.transactions import (
     consume_topic,
     slot_stream_stats,
@@ -35,8 +34,7 @@ def _bridge(dsn: str, broker: Broker, prefix: str, **extra: str) -> BridgeProces
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.items", "PGBRIDGE_SNAPSHOT__MODE": "never",
                             "PGBRIDGE_BUFFER__MEMORY_BYTES": SMALL_BUFFER, **extra})
     bridge = BridgeProcess(env).start(http=True)
-    wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix), timeout=60,
-               message=f"slot never created: {bridge.log()}")
+    bridge.wait_confirmed(dsn, prefix, timeout=60)
     return bridge
 
 

@@ -11,8 +11,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +29,7 @@ def test_each_toast_policy_fills_only_what_it_knows_and_marks_the_rest(pg_dsn: s
         "PGBRIDGE_POSTGRES__TABLES": ",".join(f"public.{t}" for t in TABLES), "PGBRIDGE_SNAPSHOT__MODE": "never",
         "PGBRIDGE_TOAST__TABLES": json.dumps({f"public.{t}": p for t, p in TABLES.items() if p != "marker"})})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         # when: an insert (seen by the cache), then two updates that leave doc alone
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for table in TABLES:

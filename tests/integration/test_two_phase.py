@@ -39,8 +39,7 @@ def _env(dsn: str, broker: Broker, prefix: str, *, exactly_once: bool = False) -
 
 def _start(env: dict[str, str], dsn: str, prefix: str, log_from: BridgeProcess | None = None) -> BridgeProcess:
     bridge = (BridgeProcess(env, log_path=log_from.log_path) if log_from else BridgeProcess(env)).start(http=True)
-    wait_until(lambda: slot_confirmed_flush_lsn(dsn, prefix), timeout=60,
-               message=f"slot never created: {bridge.log()}")
+    bridge.wait_confirmed(dsn, prefix, timeout=60)
     return bridge
 
 

@@ -13,7 +13,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -139,8 +138,7 @@ def _decoded_rows(pg_dsn: str, broker: Broker, prefix: str, columns: list[tuple[
                             "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false",
                             "PGBRIDGE_PURE_PYTHON": "1" if pure_python else "0"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, prefix, timeout=60)
         wait_until(lambda: " replicating " in bridge.log(), timeout=60, message=f"never streamed: {bridge.log()}")
         kernels = "compiled_kernels=['pgbridge.decode._native', 'pgbridge.encode._native']"
         assert ("compiled_kernels=[]" in bridge.log()) if pure_python else (kernels in bridge.log()), bridge.log()

@@ -14,8 +14,6 @@ import pytest
 from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +47,7 @@ def _stream(pg_dsn: str, broker: Broker, prefix: str, *,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never",
                             "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, prefix, timeout=60)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             for row in ROWS:
                 conn.execute(f"INSERT INTO t VALUES {row}")

@@ -11,7 +11,6 @@ from tests.support.bridge import BridgeProcess, bridge_env, load_schemas
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
 from tests.support.postgres import commit_bound, run_sql, slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +28,7 @@ def test_unconstrained_numeric_as_decimal_keeps_every_value_exact(pg_dsn: str, k
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
                      extra={**DECIMAL, "PGBRIDGE_POSTGRES__BINARY": "true" if binary else "false"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         run_sql(pg_dsn, "INSERT INTO m VALUES (1, 1234567890123456.7891, '{1.5,NULL,-0.0001}'), "
                      "(2, 12345678901234567, '{}'), (3, 0.00001, NULL), (4, 'NaN', '{NaN}'), "
                      "(5, -1.50000000, NULL), (6, NULL, NULL)")
@@ -59,8 +57,7 @@ def test_fail_overflow_stops_before_confirming_and_a_wider_decimal_resumes(pg_ds
     env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
                      extra={**DECIMAL, "PGBRIDGE_TYPES__NUMERIC_OVERFLOW": "fail"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=60,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix, timeout=60)
         run_sql(pg_dsn, "INSERT INTO m VALUES (1, 1.25, NULL)")
         read_topic(kafka_broker.bootstrap, topic, min_count=1, timeout=60)
         bound = commit_bound(pg_dsn, "INSERT INTO m VALUES (2, 0.00001, NULL)")

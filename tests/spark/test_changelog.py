@@ -27,7 +27,6 @@ from tests.spark.mirror_support import read_delta, run_available_now, wait_publi
 from tests.spark.test_mirror_end_to_end import republish
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
@@ -137,8 +136,7 @@ def test_changelog_holds_every_change_once_in_commit_order_through_a_replayed_ba
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: the workload, then one run of the job over everything published
         expected, accounts_order = workload(pg_dsn)
         wait_published(pg_dsn, topic_prefix)

@@ -34,9 +34,7 @@ from tests.spark.cluster_support import (
 from tests.spark.mirror_support import assert_mirrored, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.spark_cluster import SparkCluster
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -128,8 +126,7 @@ def test_driver_killed_mid_batch_on_a_cluster_resumes_to_equal_tables(
             "--available-now"]
     command = mirror_command(spark_cluster, store, sorted(fetch("spark").glob("*.jar")), args)
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         first_round(pg_dsn)
         wait_published(pg_dsn, topic_prefix)
         # when: the driver is killed -9 in the middle of a micro-batch

@@ -21,7 +21,6 @@ from pgbridge_spark.mirror import BatchResult, MirrorJob
 from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
@@ -83,8 +82,7 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
         observed.append((batch_id, result.cut, total, rows))
 
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
             half = TOTAL / 2 / ACCOUNTS
             for table in ("checking", "savings"):

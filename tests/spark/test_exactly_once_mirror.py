@@ -22,7 +22,6 @@ from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_
 from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, workload
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker, require_transactions
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
@@ -44,8 +43,7 @@ def test_exactly_once_topics_mirror_exactly_without_a_duplicate_filter(
                           exactly_once=True)
     bridge = BridgeProcess(env).start()
     try:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: the workload commits while pgbridge is killed -9 twice
         workload(pg_dsn)
         writer = threading.Thread(target=more_work, args=(pg_dsn, 7000, 300))

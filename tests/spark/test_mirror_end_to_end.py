@@ -24,7 +24,6 @@ from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
@@ -102,8 +101,7 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: the mixed workload, then one run of the job over everything published
         workload(pg_dsn)
         if two_phase:

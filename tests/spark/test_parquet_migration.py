@@ -27,8 +27,6 @@ from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, mirror_rows, run_available_now, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark]
 
@@ -89,8 +87,7 @@ def test_a_converted_parquet_mirror_keeps_its_rows_and_takes_the_later_changes(
                      extra={"PGBRIDGE_POSTGRES__TABLES": ITEMS})
     old = tmp_path / "old"
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 300) g")
             conn.execute("UPDATE items SET qty = qty * 10 WHERE id % 7 = 0")

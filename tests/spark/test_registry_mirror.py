@@ -15,9 +15,7 @@ from tests.spark.mirror_support import assert_mirrored, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics
-from tests.support.postgres import slot_confirmed_flush_lsn
 from tests.support.registry import start_registry
-from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -37,8 +35,7 @@ def test_registry_encoded_topics_mirror_consistently(spark: Any, pg_dsn: str, ap
                          extra={"PGBRIDGE_POSTGRES__TABLES": "public.items,public.log",
                                 "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_SCHEMA_REGISTRY__URL": registry.url})
         with BridgeProcess(env).start() as bridge:
-            wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                       message=f"slot never created: {bridge.log()}")
+            bridge.wait_confirmed(pg_dsn, topic_prefix)
             # when
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
                 conn.execute("INSERT INTO items SELECT g, g, 'n' || g, now() FROM generate_series(1, 300) g")

@@ -19,8 +19,6 @@ from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -46,8 +44,7 @@ def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
     config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(tmp_path / "checkpoint"), consistent=True)
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: only the solo table changes
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO solo VALUES (1, 'a'), (2, 'b')")
@@ -88,8 +85,7 @@ def test_the_consistent_mirror_completes_transactions_with_skipped_operations(
     config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
                           checkpoint=str(tmp_path / "checkpoint"), consistent=True)
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         # when: one transaction of inserts and a skipped update, then one of a skipped update only
         with psycopg.connect(pg_dsn) as conn:
             conn.execute("INSERT INTO solo VALUES (1, 'a'), (2, 'b')")

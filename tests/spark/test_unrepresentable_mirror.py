@@ -27,8 +27,6 @@ from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import read_delta, run_available_now, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.postgres import slot_confirmed_flush_lsn
-from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -107,8 +105,7 @@ def test_unrepresentable_values_reach_the_changelog_and_the_mirror(
     env = bridge_env(pg_dsn, apache_kafka.bootstrap, topic_prefix,
                      extra={"PGBRIDGE_POSTGRES__TABLES": "public.spans,public.log", "PGBRIDGE_SNAPSHOT__MODE": "never"})
     with BridgeProcess(env).start() as bridge:
-        wait_until(lambda: slot_confirmed_flush_lsn(pg_dsn, topic_prefix), timeout=90,
-                   message=f"slot never created: {bridge.log()}")
+        bridge.wait_confirmed(pg_dsn, topic_prefix)
         jobs = {}
         for name, mode, decoder in (("jvm", "mirror", "jvm"), ("python", "mirror", "python"),
                                     ("changelog", "changelog", "jvm")):

@@ -15,6 +15,8 @@ from typing import Any
 from pgbridge.consumer import SchemaStore
 from tests.support.kafka import Record, read_topic, read_topics
 from tests.support.ports import free_port
+from tests.support.postgres import slot_confirmed_flush_lsn
+from tests.support.waiting import wait_until
 
 
 def bridge_env(
@@ -98,6 +100,21 @@ class BridgeProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_confirmed(self, dsn: str, slot: str, *, timeout: float = 90.0,
+                       waiting_for: str = "its slot to confirm a position") -> BridgeProcess:
+        """Wait until ``slot`` on ``dsn`` has a confirmed position: pgbridge created it and streams
+        (after its initial snapshot, when it takes one). Fails as soon as pgbridge exits instead of
+        waiting out ``timeout``, and either way with the end of its log as it is then."""
+        try:
+            wait_until(lambda: slot_confirmed_flush_lsn(dsn, slot) is not None or not self.alive(), timeout=timeout,
+                       message=f"pgbridge waiting for {waiting_for}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.log()[-4000:]}") from exc
+        if slot_confirmed_flush_lsn(dsn, slot) is None:
+            code = None if self.process is None else self.process.returncode
+            raise AssertionError(f"pgbridge exited ({code}) waiting for {waiting_for}:\n{self.log()[-4000:]}")
+        return self
 
     def __enter__(self) -> BridgeProcess:
         return self
