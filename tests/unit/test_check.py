@@ -4,6 +4,7 @@ runs the whole command against real servers)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -168,6 +169,16 @@ def test_an_unreachable_broker_is_one_error_naming_the_address_and_the_fix() -> 
     assert problem.severity == "error"
     assert f"Kafka at {settings.kafka.bootstrap_servers} is unreachable" in problem.message
     assert "kafka.bootstrap_servers" in problem.fix
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_refusing_connections_is_reported_without_waiting_out_the_timeout() -> None:
+    # nothing listens on the port: librdkafka reports every broker down, and the check stops there
+    settings = _settings()
+    started = time.monotonic()
+    [problem] = check_kafka(settings, timeout_s=30.0)
+    assert "is unreachable" in problem.message
+    assert time.monotonic() - started < 15.0  # half the timeout; about one second when idle
 
 
 # --- max_slot_wal_keep_size ------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ the topics, the ACLs the bridge needs, the registry's credentials."""
 
 from __future__ import annotations
 
-from typing import Final
+import threading
+import time
+from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -25,11 +27,36 @@ from pgbridge.publish.topics import SAFE_REPLICATION_FACTOR, default_min_insync,
 from pgbridge.publish.transactions import OFFSETS_GROUP, transactional_id
 from pgbridge.snapshot.progress import progress_topic
 
+# One metadata request of the check waits this long before librdkafka's errors are looked at again.
+_ATTEMPT_S: Final = 0.5
+
+
+def _cluster_metadata(admin: AdminClient, all_down: threading.Event, timeout_s: float) -> Any:
+    """The cluster's metadata within ``timeout_s``; raises at once when librdkafka reports every
+    bootstrap broker down (connections refused: nothing listens there), rather than after the
+    whole timeout, so ``check`` answers in a second for a stopped broker or a wrong port."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(_ATTEMPT_S, deadline - time.monotonic())))
+        except KafkaException:
+            admin.poll(0)  # serves error_cb
+            if all_down.is_set() or time.monotonic() >= deadline:
+                raise
+
 
 def check_kafka(settings: Settings, timeout_s: float = 10.0) -> list[Problem]:
-    admin = AdminClient(admin_config(settings.kafka), logger=LibrdkafkaLog())
+    all_down = threading.Event()
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            all_down.set()
+
+    config = admin_config(settings.kafka)
+    config["error_cb"] = on_error
+    admin = AdminClient(config, logger=LibrdkafkaLog())
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
+        metadata = _cluster_metadata(admin, all_down, timeout_s)
     except Exception as exc:
         return [Problem("error", f"Kafka at {settings.kafka.bootstrap_servers} is unreachable ({exc})",
                         "check kafka.bootstrap_servers and that the broker is up")]
