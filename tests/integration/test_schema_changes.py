@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -125,8 +126,11 @@ def _capture(dsn: str, broker: Broker, prefix: str, extra: dict[str, str], *,
             try:
                 read_topics(broker.bootstrap, first, min_count=dict(zip(first, [4, 3], strict=True)), timeout=60, idle=0)
             except AssertionError as exc:  # say what Kafka holds, committed or not, and what the bridge did
-                uncommitted = read_topics(broker.bootstrap, first, timeout=10, idle=2, isolation="read_uncommitted")
-                held = {topic: [(r.partition, r.offset, len(r.value or b"")) for r in rows]
+                every = [*first, f"{prefix}._snapshot", f"{prefix}.transactions"]
+                uncommitted = read_topics(broker.bootstrap, every, timeout=10, idle=2, isolation="read_uncommitted")
+                held = {topic: [(r.partition, r.offset, len(r.value or b""),
+                                 re.findall(rb"column_\w+|table_renamed|\"version[^}]*}", r.value or b"")[-3:],
+                                 (r.value or b"")[-40:]) for r in rows]
                         for topic, rows in uncommitted.items()}
                 raise AssertionError(f"{exc}\nread_uncommitted: {held}\n{bridge.log()}") from None
         else:
