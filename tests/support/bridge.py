@@ -106,12 +106,16 @@ class BridgeProcess:
         """Wait until ``slot`` on ``dsn`` has a confirmed position: pgbridge created it and streams
         (after its initial snapshot, when it takes one). Fails as soon as pgbridge exits instead of
         waiting out ``timeout``, and either way with the end of its log as it is then."""
+        def outcome() -> str | None:
+            if slot_confirmed_flush_lsn(dsn, slot) is not None:
+                return "confirmed"
+            return None if self.alive() else "exited"
+
         try:
-            wait_until(lambda: slot_confirmed_flush_lsn(dsn, slot) is not None or not self.alive(), timeout=timeout,
-                       message=f"pgbridge waiting for {waiting_for}")
+            ended = wait_until(outcome, timeout=timeout, message=f"pgbridge waiting for {waiting_for}")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.log()[-4000:]}") from exc
-        if slot_confirmed_flush_lsn(dsn, slot) is None:
+        if ended == "exited":
             code = None if self.process is None else self.process.returncode
             raise AssertionError(f"pgbridge exited ({code}) waiting for {waiting_for}:\n{self.log()[-4000:]}")
         return self

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Final
+from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -13,6 +13,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ClusterMetadata,
     ConfigResource,
     ResourcePatternType,
     ResourceType,
@@ -23,22 +24,26 @@ from pgbridge.config import KafkaConfig, Settings
 from pgbridge.errors import PgbridgeError
 from pgbridge.logs import LibrdkafkaLog
 from pgbridge.publish.producer import admin_config
-from pgbridge.publish.topics import SAFE_REPLICATION_FACTOR, default_min_insync, offsets_topic, sanitize
+from pgbridge.publish.topics import (
+    ATTEMPT_S,
+    SAFE_REPLICATION_FACTOR,
+    default_min_insync,
+    offsets_topic,
+    sanitize,
+)
 from pgbridge.publish.transactions import OFFSETS_GROUP, transactional_id
 from pgbridge.snapshot.progress import progress_topic
 
-# One metadata request of the check waits this long before librdkafka's errors are looked at again.
-_ATTEMPT_S: Final = 0.5
 
-
-def _cluster_metadata(admin: AdminClient, all_down: threading.Event, timeout_s: float) -> Any:
+def _cluster_metadata(admin: AdminClient, all_down: threading.Event, timeout_s: float) -> ClusterMetadata:
     """The cluster's metadata within ``timeout_s``; raises at once when librdkafka reports every
     bootstrap broker down (connections refused: nothing listens there), rather than after the
-    whole timeout, so ``check`` answers in a second for a stopped broker or a wrong port."""
+    whole timeout, so ``check`` answers in a second for a stopped broker or a wrong port. (``run``
+    lists topics through ``TopicManager``, which keeps waiting: there a broker may be coming up.)"""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return admin.list_topics(timeout=max(0.1, min(_ATTEMPT_S, deadline - time.monotonic())))
+            return admin.list_topics(timeout=max(0.1, min(ATTEMPT_S, deadline - time.monotonic())))
         except KafkaException:
             admin.poll(0)  # serves error_cb
             if all_down.is_set() or time.monotonic() >= deadline:
