@@ -56,8 +56,8 @@ class Record:
 class _DeliveredMessage:
     """What a delivery callback reads of the record it reports on."""
 
-    def __init__(self, topic: str | None, key: bytes | None, value: bytes | None) -> None:
-        self._topic, self._key, self._value = topic, key, value
+    def __init__(self, topic: str | None, key: bytes | None, value: bytes | None, offset: int | None) -> None:
+        self._topic, self._key, self._value, self._offset = topic, key, value, offset
 
     def topic(self) -> str | None:
         return self._topic
@@ -68,15 +68,23 @@ class _DeliveredMessage:
     def value(self) -> bytes | None:
         return self._value
 
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int | None:
+        return self._offset
+
     def error(self) -> None:
         return None
 
 
-def delivered_message(topic: str | None = None, key: bytes | None = None, value: bytes | None = None) -> Message:
+def delivered_message(topic: str | None = None, key: bytes | None = None, value: bytes | None = None, *,
+                      offset: int | None = 0) -> Message:
     """A ``Message`` to hand a delivery callback in a unit test. confluent-kafka's own cannot be built
     on the floor release pyproject.toml allows (``cannot create 'cimpl.Message' instances``), so this
-    is a stand-in with the accessors pgbridge's callbacks read."""
-    return cast(Message, _DeliveredMessage(topic, key, value))
+    is a stand-in with the accessors pgbridge's callbacks read. ``offset=None`` is a report librdkafka
+    inferred without seeing the write (publish/producer.py ``unproven``)."""
+    return cast(Message, _DeliveredMessage(topic, key, value, offset))
 
 
 def list_topics(bootstrap: str, *, timeout: float = 10.0) -> set[str]:

@@ -9,6 +9,7 @@ class TransactionalProducer:
     def __init__(self) -> None:
         self.open: list[tuple[str, bytes | None, bytes | None]] | None = None
         self.committed: list[list[tuple[str, bytes | None, bytes | None]]] = []
+        self.outstanding = 0  # what flush() reports still unacknowledged
 
     def init_transactions(self, _timeout: float) -> None:
         pass
@@ -20,6 +21,9 @@ class TransactionalProducer:
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **_: object) -> None:
         assert self.open is not None, "produced outside a transaction"
         self.open.append((topic, key, value))
+
+    def flush(self, _timeout: float) -> int:
+        return self.outstanding
 
     def commit_transaction(self, _timeout: float) -> None:
         assert self.open is not None

@@ -67,6 +67,32 @@ CompletedHook = Callable[[list[Unit]], None]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
+def unproven(message: Message) -> str:
+    """Why a delivery report with no error but no offset does not count as delivered.
+
+    librdkafka reports a record "delivered" without an offset when it infers rather than sees the
+    write: a later batch to the same partition succeeded while this one waited for a retry
+    ("implicitly acked"), or the broker answered a retry with DUPLICATE_SEQUENCE_NUMBER. Seen with
+    Apache Kafka 4.3 and librdkafka 2.16, about once in 30 runs of the schema-change test: the first
+    batch to a partition created moments before was refused (NOT_LEADER_OR_FOLLOWER, the broker not
+    its leader yet) while the second, already in flight, was accepted as the partition's first;
+    librdkafka took the first for written, it never was, and commit_transaction committed the
+    transaction without it. Every record Kafka wrote has an offset, so a report without one fails
+    the session: it restarts from the last confirmed position (an exactly-once transaction is
+    aborted first) and the record is produced again.
+    """
+    return (f"Kafka reported a record to {message.topic()} [{message.partition()}] delivered without an "
+            f"offset (inferred from a later batch, not seen written): not proof it was written; "
+            f"read again from the last confirmed position")
+
+
+def delivery_problem(error: KafkaError | None, message: Message) -> str | None:
+    """What is wrong with one delivery report, ``None`` when it proves the record written."""
+    if error is not None:
+        return error.str()
+    return unproven(message) if message.offset() is None else None
+
+
 def producer_config(config: KafkaConfig) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "bootstrap.servers": config.bootstrap_servers,
@@ -154,6 +180,7 @@ class KafkaPublisher:
         self.kafka_ok = True
         settings = producer_config(config) | transactional_config(config, slot)
         settings["error_cb"] = self._on_client_error
+        settings["on_delivery"] = self._on_other_delivery  # records produced without a callback
         self._producer = Producer(settings, logger=LibrdkafkaLog())
         # Oversized records (publish/oversize.py): the producer's limit, the policy, and the dead
         # letters refused in a delivery report, produced at the next poll (not from the callback).
@@ -169,7 +196,7 @@ class KafkaPublisher:
                 self._producer, tracker, offsets_topic=offsets_topic(config.topic_prefix), slot=slot,
                 policy=BatchPolicy(max_age_s=config.transaction_max_ms / 1000, max_bytes=config.transaction_max_bytes,
                                    split_after_s=config.transaction_timeout_ms / 2000),
-                on_commit=self._committed)
+                on_commit=self._committed, raise_if_failed=self.raise_if_failed)
         self._admin = AdminClient(admin_config(config), logger=LibrdkafkaLog())
         self.topics = TopicManager.of(self._admin, config, stop=stop)  # its waits end on a stop
         self._max_in_flight = config.max_in_flight
@@ -188,6 +215,9 @@ class KafkaPublisher:
 
         def on_delivery(error: KafkaError | None, _message: Message) -> None:
             if error is None:
+                if _message.offset() is None:  # "delivered" without proof: see unproven()
+                    self._unproven(unit, _message)
+                    return
                 self.kafka_ok = True
                 done = tracker.delivered(unit)
                 if done:
@@ -201,6 +231,25 @@ class KafkaPublisher:
                 self._record_failure(error)
 
         return on_delivery
+
+    def _on_other_delivery(self, error: KafkaError | None, message: Message) -> None:
+        """Records produced without a callback of their own (inside a Kafka transaction: its
+        position record and what the before-commit hooks add): a failure fails the session before
+        the transaction commits (publish/transactions.py)."""
+        if error is not None:
+            self._record_failure(error)
+        elif message.offset() is None:
+            self._unproven(None, message)
+
+    def _unproven(self, unit: Unit | None, message: Message) -> None:
+        """A delivery report without error or offset: failed, see ``unproven``."""
+        if unit is not None:
+            self._tracker.failed(unit)
+        self._metrics.delivery_errors.inc()
+        text = unproven(message)
+        if self._error is None:
+            self._error = BrokerUnavailable(text)
+        log.error("delivery not proven", extra={"error": text})
 
     def _committed(self, seconds: float, records: int) -> None:
         self._metrics.kafka_transactions.labels("committed").inc()
@@ -463,11 +512,11 @@ class KafkaPublisher:
 
     def produce_sync(self, topic: str, key: bytes | None, value: bytes | None, timeout_s: float = 30.0) -> None:
         """Produce one record and wait for its acknowledgement (schema announcements)."""
-        outcome: list[KafkaError | None] = []
+        outcome: list[tuple[KafkaError | None, Message]] = []
         if self.transactions is not None:  # committed with (or before) the first record that needs it
             self.transactions.ensure_open()
         try:
-            self._producer.produce(topic, value, key, on_delivery=lambda err, _msg: outcome.append(err))
+            self._producer.produce(topic, value, key, on_delivery=lambda err, msg: outcome.append((err, msg)))
         except KafkaException as exc:
             raise self._refused(exc) from None
         deadline = time.monotonic() + timeout_s
@@ -475,9 +524,12 @@ class KafkaPublisher:
             self._producer.poll(0.05)
         if not outcome:
             raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
-        if outcome[0] is not None:
-            self._record_failure(outcome[0])
-            self.raise_if_failed()
+        error, message = outcome[0]
+        if error is not None:
+            self._record_failure(error)
+        elif message.offset() is None:
+            self._unproven(None, message)
+        self.raise_if_failed()
 
     def probe(self, timeout_s: float) -> bool:
         """Whether a broker answers a metadata request: readiness comes back without traffic."""

@@ -144,8 +144,10 @@ class KafkaTransactions:
 
     def __init__(self, producer: Producer, tracker: AckTracker, *, offsets_topic: str, slot: str,
                  policy: BatchPolicy, on_commit: Callable[[float, int], None] | None = None,
+                 raise_if_failed: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._producer = producer
+        self._raise_if_failed = raise_if_failed
         self._tracker = tracker
         self._topic = offsets_topic
         self._key = slot.encode()
@@ -239,7 +241,8 @@ class KafkaTransactions:
             self.commit()
 
     def commit(self) -> None:
-        """The ``_offsets`` record, then ``commit_transaction``; then the held units complete."""
+        """The ``_offsets`` record; every delivery report, any failure raising (the transaction
+        stays open, to be aborted); then ``commit_transaction``; then the held units complete."""
         current = self._open
         if current is None:
             return
@@ -249,6 +252,12 @@ class KafkaTransactions:
                 hook(self._produce_into)
             if current.position is not None:
                 self._producer.produce(self._topic, current.position.to_json(), self._key)
+            # Every delivery report first: commit_transaction would commit a transaction whose
+            # report failed only in our eyes (a "delivered" without an offset, producer.py).
+            if self._producer.flush(COMMIT_TIMEOUT_S):
+                raise BrokerUnavailable(f"records of a Kafka transaction not acknowledged within "
+                                        f"{COMMIT_TIMEOUT_S:.0f}s; it is aborted and read again from the slot")
+            self._raise_if_failed()
             self._producer.commit_transaction(COMMIT_TIMEOUT_S)
         except KafkaException as exc:
             raise classify(exc, "committing a Kafka transaction") from None

@@ -104,12 +104,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable
 from pgbridge.logs import LibrdkafkaLog
-from pgbridge.publish.producer import consumer_config, produce_when_room, producer_config
+from pgbridge.publish.producer import consumer_config, delivery_problem, produce_when_room, producer_config
 from pgbridge.publish.topics import TopicManager, read_compacted, sanitize
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class ProgressStore:
         self.slot = slot
         self.topic = progress_topic(config.topic_prefix)
         self._producer: Producer | None = None
-        self._errors: list[KafkaError] = []
+        self._errors: list[str] = []
 
     def _ensure(self) -> Producer:
         if self._producer is None:
@@ -268,9 +268,10 @@ class ProgressStore:
         producer = self._ensure()
         payload = encode_record(value)
 
-        def on_delivery(error: KafkaError | None, _message: object) -> None:
-            if error is not None:
-                self._errors.append(error)
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            problem = delivery_problem(error, message)
+            if problem is not None:
+                self._errors.append(problem)
 
         try:
             producer.produce(self.topic, payload, key.encode(), on_delivery=on_delivery)
@@ -294,9 +295,9 @@ class ProgressStore:
         if remaining:
             raise BrokerUnavailable(f"{remaining} progress records to {self.topic} not acknowledged")
         if self._errors:
-            error = self._errors[0]
+            problem = self._errors[0]
             self._errors.clear()
-            raise BrokerUnavailable(f"progress record to {self.topic} failed: {error.str()}")
+            raise BrokerUnavailable(f"progress record to {self.topic} failed: {problem}")
 
     def close(self) -> None:
         if self._producer is not None:

@@ -14,7 +14,7 @@ from pgbridge.config import KafkaConfig
 from pgbridge.errors import BrokerUnavailable, FatalError, PgbridgeError, PublishError, TransientError
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import KAFKA_DELIVERY_ERRORS_TOTAL, Metrics
-from pgbridge.publish.producer import KafkaPublisher
+from pgbridge.publish.producer import KafkaPublisher, delivery_problem
 from pgbridge.publish.transactions import FENCED_CODES, Fenced, classify
 from tests.support.kafka import delivered_message
 from tests.support.ports import free_port
@@ -95,6 +95,28 @@ def test_a_delivered_record_completes_its_unit_and_marks_kafka_reachable(
     assert publisher.kafka_ok
     publisher.raise_if_failed()
     assert _delivery_errors(metrics) == 0
+
+
+def test_a_delivery_report_without_an_offset_fails_its_unit_and_the_session(
+        publisher: KafkaPublisher, tracker: AckTracker, completed: Completed, metrics: Metrics) -> None:
+    """librdkafka's "implicitly acked" record: no error, no offset, maybe never written. The unit
+    must not complete (its LSN is never confirmed) and the session restarts from the confirmed LSN."""
+    unit = tracker.open_unit()
+    tracker.add_record(unit)
+    tracker.seal(unit, Lsn(100))
+    publisher.callback_for(unit)(None, delivered_message("app.schema_changes", b"k", b"v", offset=None))
+    assert completed.units == []
+    raised = _raised(publisher)
+    assert isinstance(raised, BrokerUnavailable) and isinstance(raised, TransientError)
+    assert "app.schema_changes [0] delivered without an offset" in str(raised)
+    assert _delivery_errors(metrics) == 1
+
+
+def test_delivery_problem_names_an_error_or_a_missing_offset_and_nothing_else() -> None:
+    assert delivery_problem(None, delivered_message("t", offset=7)) is None
+    assert delivery_problem(KafkaError(KafkaError._MSG_TIMED_OUT), delivered_message("t")) == "Local: Message timed out"
+    problem = delivery_problem(None, delivered_message("t", offset=None))
+    assert problem is not None and "without an offset" in problem
 
 
 @pytest.mark.parametrize("code", TRANSIENT_DELIVERY_CODES)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from pgbridge.ack.tracker import AckTracker
+from pgbridge.errors import BrokerUnavailable
 from pgbridge.lsn import Lsn
 from pgbridge.publish.transactions import (
     BatchPolicy,
@@ -50,11 +55,12 @@ def test_the_transactional_id_is_stable_for_a_slot_and_prefix() -> None:
 
 
 def _transactions(producer: TransactionalProducer, *, max_bytes: int = 1000,
-                  clock: list[float] | None = None) -> KafkaTransactions:
+                  clock: list[float] | None = None,
+                  raise_if_failed: Callable[[], None] = lambda: None) -> KafkaTransactions:
     now = clock if clock is not None else [0.0]
     return KafkaTransactions(producer, AckTracker(), offsets_topic="p._offsets",  # type: ignore[arg-type]
                              slot="s", policy=BatchPolicy(max_age_s=0.5, max_bytes=max_bytes, split_after_s=300),
-                             clock=lambda: now[0])
+                             raise_if_failed=raise_if_failed, clock=lambda: now[0])
 
 
 def test_before_commit_hooks_produce_into_the_transaction_they_commit_with() -> None:
@@ -95,3 +101,36 @@ def test_a_transaction_is_due_once_old_or_big_enough() -> None:
     transactions.ensure_open()
     clock[0] = 0.5
     assert transactions.due()
+
+
+def test_a_delivery_failed_before_the_commit_leaves_the_transaction_open_to_be_aborted() -> None:
+    """commit_transaction commits whatever librdkafka counts as delivered; a report pgbridge fails
+    (no offset: publish/producer.py ``unproven``) must stop the commit, so the transaction is
+    aborted and read again from the slot instead of committed without the record."""
+    failure: list[BrokerUnavailable] = []
+
+    def raise_if_failed() -> None:
+        if failure:
+            raise failure[0]
+
+    producer = TransactionalProducer()
+    transactions = _transactions(producer, raise_if_failed=raise_if_failed)
+    transactions.ensure_open()
+    producer.produce("p.schema_changes", b"column_renamed", b"k")
+    transactions.boundary(Position(Lsn(10)))
+    failure.append(BrokerUnavailable("delivered without an offset"))
+    with pytest.raises(BrokerUnavailable, match="without an offset"):
+        transactions.commit()
+    assert producer.committed == [] and transactions.is_open
+    transactions.abort()
+    assert producer.open is None and producer.committed == []
+
+
+def test_records_still_unacknowledged_when_the_commit_is_due_stop_it() -> None:
+    producer = TransactionalProducer()
+    producer.outstanding = 2
+    transactions = _transactions(producer)
+    transactions.ensure_open()
+    with pytest.raises(BrokerUnavailable, match="not acknowledged"):
+        transactions.commit()
+    assert producer.committed == [] and transactions.is_open
