@@ -37,7 +37,7 @@ def proxied_kafka(topic_prefix: str) -> Iterator[KafkaProxy]:
     """A one-node Apache Kafka that advertises the proxy; the proxy's fault is on the table's topic."""
     port = free_port()
     cluster = KafkaCluster(classpath("kafka"), 1, overrides={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}"})
-    proxy = KafkaProxy(port, ("127.0.0.1", cluster.nodes[0].port), (f"{topic_prefix}.public.fresh", 0))
+    proxy = KafkaProxy(port, ("127.0.0.1", cluster.nodes[0].port), (f"{topic_prefix}.public.fresh", 0), hold_s=40)
     with proxy:
         try:
             cluster.start()
@@ -54,8 +54,11 @@ def test_a_row_reported_delivered_without_an_offset_is_produced_again(
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.fresh (id int PRIMARY KEY)")
     extra = {"PGBRIDGE_POSTGRES__TABLES": "public.fresh", "PGBRIDGE_SNAPSHOT__MODE": "never"}
-    if exactly_once:  # both rows in one Kafka transaction: it stays open 10 s
-        extra |= {"PGBRIDGE_KAFKA__EXACTLY_ONCE": "true", "PGBRIDGE_KAFKA__TRANSACTION_MAX_MS": "10000"}
+    if exactly_once:
+        # Both rows in one Kafka transaction: a commit before the second row would wait for the
+        # first one's report, which the proxy holds until the second row's request. 20 s covers a
+        # machine under load; the transaction produced again after the restart commits 20 s later.
+        extra |= {"PGBRIDGE_KAFKA__EXACTLY_ONCE": "true", "PGBRIDGE_KAFKA__TRANSACTION_MAX_MS": "20000"}
     env = bridge_env(pg_dsn, proxy.address, topic_prefix, extra=extra)
     with BridgeProcess(env).start() as bridge:
         bridge.wait_confirmed(pg_dsn, topic_prefix)

@@ -180,7 +180,7 @@ class KafkaPublisher:
         self.kafka_ok = True
         settings = producer_config(config) | transactional_config(config, slot)
         settings["error_cb"] = self._on_client_error
-        settings["on_delivery"] = self._on_other_delivery  # records produced without a callback
+        settings["on_delivery"] = self._outside_units  # records produced without a callback
         self._producer = Producer(settings, logger=LibrdkafkaLog())
         # Oversized records (publish/oversize.py): the producer's limit, the policy, and the dead
         # letters refused in a delivery report, produced at the next poll (not from the callback).
@@ -232,10 +232,10 @@ class KafkaPublisher:
 
         return on_delivery
 
-    def _on_other_delivery(self, error: KafkaError | None, message: Message) -> None:
-        """Records produced without a callback of their own (inside a Kafka transaction: its
-        position record and what the before-commit hooks add): a failure fails the session before
-        the transaction commits (publish/transactions.py)."""
+    def _outside_units(self, error: KafkaError | None, message: Message) -> None:
+        """The delivery report of a record that belongs to no unit (inside a Kafka transaction: its
+        position record and what the before-commit hooks add; a schema announcement): a failure
+        fails the session, before the transaction commits (publish/transactions.py)."""
         if error is not None:
             self._record_failure(error)
         elif message.offset() is None:
@@ -524,11 +524,7 @@ class KafkaPublisher:
             self._producer.poll(0.05)
         if not outcome:
             raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
-        error, message = outcome[0]
-        if error is not None:
-            self._record_failure(error)
-        elif message.offset() is None:
-            self._unproven(None, message)
+        self._outside_units(*outcome[0])
         self.raise_if_failed()
 
     def probe(self, timeout_s: float) -> bool:
