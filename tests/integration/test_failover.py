@@ -79,7 +79,10 @@ def test_bridge_continues_on_the_promoted_standby_without_loss_or_phantoms(
             bridge.wait_confirmed(primary_dsn, topic_prefix, timeout=60, waiting_for="the initial snapshot to finish")
             writer.start()
             # the slot is a failover slot, the standby holds it synchronized, and both say so
-            assert (_slot_row(primary_dsn, topic_prefix) or (False,))[0], "not created as a failover slot"
+            # (pgbridge makes the slot a failover slot just after creating it, when the slot may
+            # already have confirmed a position)
+            wait_until(lambda: (_slot_row(primary_dsn, topic_prefix) or (False,))[0], timeout=30, interval=0.2,
+                       message="not created as a failover slot")
             wait_until(lambda: (row := _slot_row(standby_dsn, topic_prefix)) is not None and row[1]
                        and row[2] is not None, timeout=90, interval=0.5,
                        message="the standby never synchronized the slot")

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic  # type: ignore[attr-defined]
 
 from pgbridge.errors import BrokerUnavailable, PublishError, StopRequested
 from pgbridge.logs import LibrdkafkaLog
@@ -90,14 +90,6 @@ def raise_if_stopped(stop: threading.Event | None, doing: str) -> None:
 # Replication factor of the topics pgbridge creates unless kafka.topic_replication_factor says
 # otherwise: three copies, so acks=all with min.insync.replicas=2 survives one broker down.
 SAFE_REPLICATION_FACTOR: Final = 3
-
-# A created topic's partitions get their leader a moment after CreateTopics returned (KRaft: each
-# broker applies the new metadata on its own), and a record produced in that moment is refused
-# "Not leader for partition". librdkafka can then report it delivered though it was never written,
-# when a later batch gets in first (publish/producer.py, ``unproven``: pgbridge restarts the session
-# then). So a new topic is used only once each partition answers ListOffsets, which only its leader
-# serves, waiting at most this long.
-LEADER_WAIT_S: Final = 10.0
 
 
 def default_min_insync(replication_factor: int) -> int:
@@ -248,33 +240,7 @@ class TopicManager:
             raise
         except Exception as exc:  # timeout of the admin future
             raise BrokerUnavailable(f"cannot create topic {topic}: {exc}") from None
-        self._wait_for_leaders(topic, partitions)
         self._known.add(topic)
-
-    def _wait_for_leaders(self, topic: str, partitions: int) -> None:
-        """Until every partition of the new ``topic`` is served by its leader (``LEADER_WAIT_S``);
-        after that the first records may meet "Not leader", which librdkafka retries."""
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        wanted = {TopicPartition(topic, partition): latest for partition in range(partitions)}
-        began = time.monotonic()
-        deadline = began + LEADER_WAIT_S
-        refused = 0
-        while True:
-            raise_if_stopped(self.stop, f"waiting for the leaders of topic {topic}")
-            try:
-                for future in self._admin.list_offsets(wanted, request_timeout=ATTEMPT_S).values():
-                    future.result(timeout=ATTEMPT_S)
-                if refused:
-                    log.info("topic led", extra={"topic": topic, "refused": refused,
-                                                 "waited_s": round(time.monotonic() - began, 3)})
-                return
-            except Exception as exc:  # Not leader, unknown partition, or no answer yet
-                refused += 1
-                if time.monotonic() >= deadline:
-                    log.warning("topic created, its partitions not all led yet: producing anyway",
-                                extra={"topic": topic, "waited_s": LEADER_WAIT_S, "error": str(exc)})
-                    return
-                time.sleep(0.05)
 
 
 # After a broker outage the first watermark answers are "not leader" or time-outs until the

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pgbridge.errors import BrokerUnavailable, PublishError, StopRequested
-from pgbridge.publish import topics
 from pgbridge.publish.topics import (
     ATTEMPT_S,
     MAX_TOPIC_LENGTH,
@@ -101,7 +100,7 @@ class _ClusterMetadata:
 
 @dataclass
 class FakeAdmin:
-    """The AdminClient calls TopicManager makes; create outcomes by topic (default: created)."""
+    """The three AdminClient calls TopicManager makes; create outcomes by topic (default: created)."""
 
     existing: set[str] = field(default_factory=set)
     broken: set[str] = field(default_factory=set)  # listed with a per-topic error
@@ -114,23 +113,6 @@ class FakeAdmin:
     brokers: int = 3
     created: list[tuple[str, int, int, dict[str, str]]] = field(default_factory=list)
     polls: int = 0
-    unled: dict[str, int] = field(default_factory=dict)  # ListOffsets refused this many times ("Not leader")
-    offset_asks: list[list[tuple[str, int]]] = field(default_factory=list)
-
-    def list_offsets(self, wanted: dict[TopicPartition, Any], request_timeout: float) -> dict[TopicPartition, Future[Any]]:
-        self.offset_asks.append([(tp.topic, tp.partition) for tp in wanted])
-        futures: dict[TopicPartition, Future[Any]] = {}
-        for tp in wanted:
-            future: Future[Any] = Future()
-            if self.unled.get(tp.topic, 0) > 0:
-                future.set_exception(_kafka_failure(KafkaError.NOT_LEADER_FOR_PARTITION))
-            else:
-                future.set_result(0)
-            futures[tp] = future
-        for topic in {tp.topic for tp in wanted}:
-            if self.unled.get(topic, 0) > 0:
-                self.unled[topic] -= 1
-        return futures
 
     def list_topics(self, timeout: float) -> _ClusterMetadata:
         self.listings += 1
@@ -340,26 +322,3 @@ def test_a_stop_ends_the_wait_for_a_topic_creation() -> None:
     finally:
         timer.cancel()
     assert time.monotonic() - began < ATTEMPT_S + 1
-
-
-def test_a_created_topic_is_used_once_every_partition_answers_list_offsets_which_only_a_leader_serves() -> None:
-    admin = FakeAdmin(unled={"app.public.t": 2})
-    _manager(admin).ensure("app.public.t")
-    assert admin.unled == {"app.public.t": 0}
-    assert admin.offset_asks == [[("app.public.t", p) for p in range(6)]] * 3
-    admin.offset_asks.clear()
-    _manager(FakeAdmin(existing={"app.public.t"})).ensure("app.public.t")  # an existing topic: not asked
-    assert admin.offset_asks == []
-
-
-def test_partitions_still_without_a_leader_are_produced_to_after_the_wait_with_a_warning(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(topics, "LEADER_WAIT_S", 0.2)
-    admin = FakeAdmin(unled={"app.public.t": 1_000_000})
-    manager = _manager(admin)
-    with caplog.at_level("WARNING", logger="pgbridge.publish.topics"):
-        manager.ensure("app.public.t")
-    assert len(admin.offset_asks) >= 2
-    assert any("not all led yet" in r.getMessage() for r in caplog.records)
-    manager.ensure("app.public.t")  # known from now on
-    assert admin.created == [("app.public.t", 6, 3, {"min.insync.replicas": "2"})]
