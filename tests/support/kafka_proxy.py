@@ -74,8 +74,8 @@ def _skip_tags(data: bytes, at: int) -> int:
     return at
 
 
-def produce_target(frame: bytes) -> tuple[int, int, str, int] | None:
-    """``(version, correlation id, topic, partition)`` of a Produce request (its first topic and
+def produce_target(frame: bytes) -> tuple[int, str, int] | None:
+    """``(correlation id, topic, partition)`` of a Produce request (its first topic and
     partition: librdkafka sends one partition per request), ``None`` for any other request."""
     api_key, version, correlation = struct.unpack(">hhi", frame[:8])
     if api_key != PRODUCE:
@@ -92,7 +92,7 @@ def produce_target(frame: bytes) -> tuple[int, int, str, int] | None:
     at += name_length - 1
     _partitions, at = _uvarint(frame, at)
     partition = struct.unpack(">i", frame[at:at + 4])[0]
-    return version, correlation, topic, partition
+    return correlation, topic, partition
 
 
 def not_leader_response(correlation: int, topic: str, partition: int) -> bytes:
@@ -184,21 +184,21 @@ class KafkaProxy:
                     continue
                 order.put(_BROKER)
                 upstream.sendall(struct.pack(">i", len(frame)) + frame)
-                if target is not None and (target[2], target[3]) == self.fault:
+                if target is not None and target[1:] == self.fault:
                     self._release()
         except OSError:
             pass
         finally:
             order.put(None)
 
-    def _refuse(self, target: tuple[int, int, str, int] | None) -> _Held | None:
+    def _refuse(self, target: tuple[int, str, int] | None) -> _Held | None:
         """The first Produce to ``fault``: held, to be refused."""
-        if target is None or (target[2], target[3]) != self.fault:
+        if target is None or target[1:] != self.fault:
             return None
         with self._lock:
             if self.held.is_set():
                 return None
-            self._held = _Held(not_leader_response(target[1], target[2], target[3]))
+            self._held = _Held(not_leader_response(*target))
             self.held.set()
             return self._held
 
