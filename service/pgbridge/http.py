@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -49,10 +49,16 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
+# How often ``serve_forever`` looks for a shutdown request: ``shutdown()`` (pgbridge stopping)
+# waits up to this long; the standard library's 0.5 s made every stop half a second slower.
+SHUTDOWN_POLL_S: Final = 0.05
+
+
 def serve(host: str, port: int, metrics: Metrics, health: Health) -> ThreadingHTTPServer:
     handler = type("Handler", (_Handler,), {"metrics": metrics, "health": health})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="pgbridge-http", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), name="pgbridge-http",
+                              daemon=True)
     thread.start()
     return server

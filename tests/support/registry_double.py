@@ -210,7 +210,8 @@ class RegistryDouble:
         server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self._state, self._auth))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="registry-double", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="registry-double",
+                                        daemon=True)  # close() returns within 50 ms
         self._thread.start()
         return self
 
