@@ -18,6 +18,14 @@ with nothing new. Reported per table size:
   one query that keeps running (``processingTime`` trigger, as ``python -m pgbridge_spark.mirror``
   runs without ``--available-now``): what each micro-batch of a long-running job costs, without
   query start and the first reads of the schemas and the table's progress;
+- ``process_run_s`` / ``process_empty_run_s``: as a user runs the job from a scheduler, each run its
+  own process (``python -m pgbridge_spark.mirror ... --available-now``: a new JVM, nothing warmed
+  up): the whole run with ``--changes`` new updates / with nothing new, and
+  ``process_run_minus_empty_s_median``, their difference: what the batch costs such a user;
+  ``process_batch_s``: the micro-batch's own seconds, from the job's log line;
+- ``archive_*``: the same runs with ``--class-archive-dir`` (docs/spark.md, "Scheduled runs"): the
+  first (``archive_first_run_s``, with changes) writes the driver's class archive as it ends, the
+  others map it;
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
@@ -31,8 +39,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,6 +144,22 @@ def streaming(spark: Any, bootstrap: str, out: Path, rows: int, changes: int, ro
     return seconds[:rounds], seconds[rounds:]
 
 
+def run_process(bootstrap: str, out: Path, *extra: str) -> tuple[float, float | None]:
+    """One ``python -m pgbridge_spark.mirror --available-now`` as its own process, as docs/spark.md
+    says (nothing tuned): its wall seconds, and its micro-batch's own seconds (``None``: no batch)."""
+    command = [sys.executable, "-m", "pgbridge_spark.mirror", "--bootstrap-servers", bootstrap, "--prefix", PREFIX,
+               "--output", str(out / "mirror"), "--checkpoint", str(out / "checkpoint"), "--tables", "public.narrow",
+               "--available-now", *extra]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    batches = [float(m.group(1)) for m in re.finditer(r"micro-batch \d+: \d+ changes applied to \d+ tables in ([0-9.]+) s",
+                                                      done.stderr)]
+    return seconds, sum(batches) if batches else None
+
+
 def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
     from pgbridge_spark import delta_tables
 
@@ -158,6 +184,24 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
         fixed_s = sum(x.seconds for x in results)
         changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
         stream_s, stream_fixed_s = streaming(spark, cluster.bootstrap, out, rows, changes, rounds, rounds + 1)
+        process_s: list[float] = []
+        process_empty_s: list[float] = []
+        process_batch_s: list[float | None] = []
+        for r in range(rounds):  # the running query above stopped: these processes take the checkpoint on
+            produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 3 * rounds + 1 + r)), create=False)
+            seconds, batch = run_process(cluster.bootstrap, out)
+            process_s.append(seconds)
+            process_batch_s.append(batch)
+            process_empty_s.append(run_process(cluster.bootstrap, out)[0])
+        archive = ("--class-archive-dir", str(out / "class-archive"))
+        produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 4 * rounds + 1)), create=False)
+        first_s = run_process(cluster.bootstrap, out, *archive)[0]
+        archive_s: list[float] = []
+        archive_empty_s: list[float] = []
+        for r in range(rounds):
+            produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 4 * rounds + 2 + r)), create=False)
+            archive_s.append(run_process(cluster.bootstrap, out, *archive)[0])
+            archive_empty_s.append(run_process(cluster.bootstrap, out, *archive)[0])
         files = delta_tables.file_count(spark, table)
         return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": [round(x, 2) for x in batch_s], "batch_s_median": round(statistics.median(batch_s), 2),
@@ -166,7 +210,17 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
                                                                                            strict=True)), 2),
                 "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed,
                 "streaming_batch_s": [round(x, 2) for x in stream_s],
-                "streaming_fixed_s": [round(x, 2) for x in stream_fixed_s], "files": files}
+                "streaming_fixed_s": [round(x, 2) for x in stream_fixed_s],
+                "process_run_s": [round(x, 2) for x in process_s],
+                "process_empty_run_s": [round(x, 2) for x in process_empty_s],
+                "process_batch_s": [None if x is None else round(x, 2) for x in process_batch_s],
+                "process_run_minus_empty_s_median": round(statistics.median(
+                    a - b for a, b in zip(process_s, process_empty_s, strict=True)), 2),
+                "archive_first_run_s": round(first_s, 2), "archive_run_s": [round(x, 2) for x in archive_s],
+                "archive_empty_run_s": [round(x, 2) for x in archive_empty_s],
+                "archive_run_minus_empty_s_median": round(statistics.median(
+                    a - b for a, b in zip(archive_s, archive_empty_s, strict=True)), 2),
+                "files": files}
     finally:
         cluster.close()
         shutil.rmtree(out, ignore_errors=True)

@@ -87,6 +87,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--master", default=None, help="Spark master when not run by spark-submit")
     parser.add_argument("--driver-memory", default=None,
                         help="with python -m: the driver's memory (default 4g, enough for a 10M-row snapshot)")
+    parser.add_argument("--class-archive-dir", default=None, metavar="DIR",
+                        help="with python -m: keep a Java class archive of the driver here, so runs after the "
+                             "first start faster (scheduled --available-now runs; docs/spark.md)")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
     parser.add_argument("--history", action="store_true",

@@ -16,19 +16,33 @@ is Delta's own deletion-vector row filter, which has no physical column to push 
 Delta then filters the rows itself, so nothing is wrong, but an ERROR a few times a second in a
 healthy job's log hides real ones. That is the class's only ERROR line, so raising its logger to
 FATAL loses nothing else.
+
+A class archive (``--class-archive-dir``, ``class_archive_option``) for jobs started often, e.g. an
+``--available-now`` run from a scheduler: each such run is a new JVM that loads and verifies Spark's
+classes again, seconds of a small batch's run. The first run writes a class-data-sharing archive
+of what it loaded when it exits (``-XX:ArchiveClassesAtExit``, Java 13+); later runs map it
+(``-XX:SharedArchiveFile``). The archive is a cache, never state: its name carries what it was made
+from (pyspark, the Java), a JVM that cannot use it says so in one warning line and runs without
+it, and a deleted one is written again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import os
+import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Final
 
 from pyspark.sql import SparkSession
 
 from pgbridge_spark.packages import DELTA_SESSION_CONF, session_jars
+
+log = logging.getLogger("pgbridge_spark.session")
 
 DEFAULT_DRIVER_MEMORY: Final = "4g"
 RECORDS_PER_SHUFFLE_PARTITION: Final = 500_000
@@ -44,18 +58,68 @@ JOB_DEFAULTS: Final[Mapping[str, str]] = {
 QUIET_LOGGERS: Final = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
 
 
+def class_archive_path(directory: Path) -> Path:
+    """The archive in ``directory`` for this pyspark and this Java: a new one after either changes."""
+    import pyspark
+
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get("JAVA_HOME") \
+        else shutil.which("java")
+    made_from = [pyspark.__version__, str(Path(pyspark.__file__).resolve().parent)]
+    if java is not None:
+        real = Path(java).resolve()
+        made_from += [str(real), str(real.stat().st_mtime_ns)]
+    digest = hashlib.sha256("\n".join(made_from).encode()).hexdigest()[:16]
+    return directory / f"pgbridge-spark-{digest}.jsa"
+
+
+def class_path_folders(environ: Mapping[str, str]) -> list[Path]:
+    """Folders Spark's launcher puts on the driver's class path (its configuration folders)."""
+    import pyspark
+
+    conf = environ.get("SPARK_CONF_DIR") or str(Path(pyspark.__file__).resolve().parent / "conf")
+    return [Path(p) for p in (conf, environ.get("HADOOP_CONF_DIR"), environ.get("YARN_CONF_DIR")) if p]
+
+
+def class_archive_option(archive: Path, class_path_folders: Iterable[Path]) -> str | None:
+    """The driver's JVM option for ``archive``: map it when it is there, else write it at exit;
+    ``None`` when it is missing and a folder with files is on the class path, where the JVM refuses
+    to write one ("Cannot have non-empty directory in paths") and would not start."""
+    if archive.is_file() and archive.stat().st_size > 0:
+        return f"-XX:SharedArchiveFile={archive}"
+    if any(folder.is_dir() and any(folder.iterdir()) for folder in class_path_folders):
+        return None
+    return f"-XX:ArchiveClassesAtExit={archive}"
+
+
 def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", *, jars: bool = True,
-                  driver_memory: str = DEFAULT_DRIVER_MEMORY) -> SparkSession:
-    """A SparkSession for the job; ``master``, jars and driver memory only when not under spark-submit."""
+                  driver_memory: str = DEFAULT_DRIVER_MEMORY, class_archive_dir: str | None = None) -> SparkSession:
+    """A SparkSession for the job; ``master``, jars, driver memory and the class archive only when
+    not under spark-submit (which starts the driver's JVM itself)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master).config("spark.driver.memory", driver_memory)
+        if class_archive_dir:
+            builder = _with_class_archive(builder, Path(class_archive_dir).expanduser().resolve())
     if jars:
         builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars()))
     for key, value in DELTA_SESSION_CONF.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _with_class_archive(builder: SparkSession.Builder, directory: Path) -> SparkSession.Builder:
+    directory.mkdir(parents=True, exist_ok=True)
+    archive = class_archive_path(directory)
+    option = class_archive_option(archive, class_path_folders(os.environ))
+    if option is None:
+        log.warning("class archive %s not written: a configuration folder with files is on the driver's class "
+                    "path (SPARK_CONF_DIR, HADOOP_CONF_DIR or YARN_CONF_DIR), which Java's class-data sharing "
+                    "refuses", archive)
+        return builder
+    log.info("class archive %s: %s", archive, "mapped" if option.startswith("-XX:Shared") else
+             "written when this run ends")
+    return builder.config("spark.driver.extraJavaOptions", option)
 
 
 def apply_job_defaults(spark: SparkSession) -> None:

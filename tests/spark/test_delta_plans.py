@@ -17,7 +17,12 @@ from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN
 from pgbridge_spark.packages import ARTIFACTS, Artifact, find_local, missing_message
 from pgbridge_spark.progress import TableProgress
 from pgbridge_spark.schemas import EnvelopeSchema, record_to_struct
-from pgbridge_spark.session import shuffle_partitions
+from pgbridge_spark.session import (
+    class_archive_option,
+    class_archive_path,
+    class_path_folders,
+    shuffle_partitions,
+)
 
 POSITIONS = [StructField(COMMIT_LSN_COLUMN, LongType()), StructField(TOTAL_ORDER_COLUMN, LongType())]
 
@@ -113,3 +118,34 @@ def test_shuffle_partitions_follow_the_batch_not_sparks_200() -> None:
     assert shuffle_partitions(1000, 2) == 2
     assert shuffle_partitions(10_000_000, 2) == 20
     assert shuffle_partitions(10**12, 2) == 200
+
+
+def test_a_class_archive_is_mapped_when_there_and_written_at_exit_when_not(tmp_path: Path) -> None:
+    archive = tmp_path / "a.jsa"
+    assert class_archive_option(archive, []) == f"-XX:ArchiveClassesAtExit={archive}"
+    archive.write_bytes(b"")  # a run killed while writing it: written again
+    assert class_archive_option(archive, []) == f"-XX:ArchiveClassesAtExit={archive}"
+    archive.write_bytes(b"x")
+    assert class_archive_option(archive, []) == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_no_class_archive_is_written_with_a_folder_of_files_on_the_class_path(tmp_path: Path) -> None:
+    # the JVM would refuse to start ("Cannot have non-empty directory in paths")
+    archive, empty, conf = tmp_path / "a.jsa", tmp_path / "empty", tmp_path / "conf"
+    empty.mkdir()
+    conf.mkdir()
+    assert class_archive_option(archive, [empty, tmp_path / "missing"]) == f"-XX:ArchiveClassesAtExit={archive}"
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert class_archive_option(archive, [empty, conf]) is None
+    archive.write_bytes(b"x")  # mapping one is fine: a JVM that cannot use it runs without it
+    assert class_archive_option(archive, [conf]) == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_the_class_archive_is_named_after_what_it_is_made_from(tmp_path: Path) -> None:
+    import pyspark
+
+    name = class_archive_path(tmp_path)
+    assert name.parent == tmp_path and name.suffix == ".jsa"
+    assert class_archive_path(tmp_path) == name
+    assert class_path_folders({"SPARK_CONF_DIR": "/c", "HADOOP_CONF_DIR": "/h"}) == [Path("/c"), Path("/h")]
+    assert class_path_folders({}) == [Path(pyspark.__file__).resolve().parent / "conf"]

@@ -56,3 +56,28 @@ def test_the_reading_tool_prints_a_table_with_deleted_rows_without_an_error_line
     shown = [line for line in done.stdout.splitlines() if line.startswith("|") and "id" not in line]
     assert sorted(int(line.split("|")[1]) for line in shown) == [i for i in range(12) if i != 5], done.stdout
     assert NOISE not in done.stderr, done.stderr[-4000:]
+
+
+def test_a_class_archive_is_written_by_the_first_run_and_mapped_by_the_next(tmp_path: Path) -> None:
+    # given: runs as python -m starts them (build_session), with --class-archive-dir's folder
+    archives = tmp_path / "archives"
+    script = ("import sys; from pgbridge_spark.session import build_session; "
+              "s = build_session('local[1]', jars=False, class_archive_dir=sys.argv[1]); "
+              "print('JVM', *s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()"
+              ".getInputArguments()); assert s.range(10).count() == 10; s.stop()")
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", script, str(archives)], cwd=REPO_ROOT / "spark",
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        return done.stdout + done.stderr
+    # when: the first run ends
+    first = run()
+    # then: it wrote the archive as it exited
+    written = list(archives.glob("*.jsa"))
+    assert "-XX:ArchiveClassesAtExit=" in first and len(written) == 1 and written[0].stat().st_size > 0, first[-3000:]
+    # when: the next run starts
+    second = run()
+    # then: its JVM mapped that archive (a JVM that cannot use one warns "Unable to use shared archive")
+    assert f"-XX:SharedArchiveFile={written[0]}" in second, second[-3000:]
+    assert "Unable to use shared archive" not in second and "[warning][cds" not in second, second[-3000:]
