@@ -25,7 +25,7 @@ with nothing new. Reported per table size:
   ``process_batch_s``: the micro-batch's own seconds, from the job's log line;
 - ``archive_*``: the same runs with ``--class-archive-dir`` (docs/spark.md, "Scheduled runs"): the
   first (``archive_first_run_s``, with changes) writes the driver's class archive as it ends, the
-  others map it;
+  others map it (``archive_batch_s``: their micro-batches' own seconds);
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
@@ -160,6 +160,31 @@ def run_process(bootstrap: str, out: Path, *extra: str) -> tuple[float, float | 
     return seconds, sum(batches) if batches else None
 
 
+def process_rounds(bootstrap: str, out: Path, rows: int, changes: int, rounds: range,
+                   *extra: str) -> tuple[list[float], list[float], list[float | None]]:
+    """Per round, ``changes`` updates applied by one process (``run_process``), then a process
+    with nothing new: the whole runs' seconds, the empty runs' and the micro-batches' own."""
+    runs: list[float] = []
+    empty: list[float] = []
+    batches: list[float | None] = []
+    for round_ in rounds:
+        produce(bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, round_)), create=False)
+        seconds, batch = run_process(bootstrap, out, *extra)
+        runs.append(seconds)
+        batches.append(batch)
+        empty.append(run_process(bootstrap, out, *extra)[0])
+    return runs, empty, batches
+
+
+def median_difference(runs: list[float], empty: list[float]) -> float:
+    """What the batch costs: the median of (run with it minus run with nothing new)."""
+    return round(statistics.median(a - b for a, b in zip(runs, empty, strict=True)), 2)
+
+
+def rounded(values: list[float] | list[float | None]) -> list[float | None]:
+    return [None if x is None else round(x, 2) for x in values]
+
+
 def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
     from pgbridge_spark import delta_tables
 
@@ -184,42 +209,27 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
         fixed_s = sum(x.seconds for x in results)
         changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
         stream_s, stream_fixed_s = streaming(spark, cluster.bootstrap, out, rows, changes, rounds, rounds + 1)
-        process_s: list[float] = []
-        process_empty_s: list[float] = []
-        process_batch_s: list[float | None] = []
-        for r in range(rounds):  # the running query above stopped: these processes take the checkpoint on
-            produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 3 * rounds + 1 + r)), create=False)
-            seconds, batch = run_process(cluster.bootstrap, out)
-            process_s.append(seconds)
-            process_batch_s.append(batch)
-            process_empty_s.append(run_process(cluster.bootstrap, out)[0])
+        # as a user runs it: each run its own process (the running query above has stopped; these
+        # take its checkpoint on), then the same with the class archive, whose first run writes it
+        process = process_rounds(cluster.bootstrap, out, rows, changes, range(3 * rounds + 1, 4 * rounds + 1))
         archive = ("--class-archive-dir", str(out / "class-archive"))
         produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 4 * rounds + 1)), create=False)
         first_s = run_process(cluster.bootstrap, out, *archive)[0]
-        archive_s: list[float] = []
-        archive_empty_s: list[float] = []
-        for r in range(rounds):
-            produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 4 * rounds + 2 + r)), create=False)
-            archive_s.append(run_process(cluster.bootstrap, out, *archive)[0])
-            archive_empty_s.append(run_process(cluster.bootstrap, out, *archive)[0])
+        archived = process_rounds(cluster.bootstrap, out, rows, changes, range(4 * rounds + 2, 5 * rounds + 2),
+                                  *archive)
         files = delta_tables.file_count(spark, table)
         return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
-                "batch_s": [round(x, 2) for x in batch_s], "batch_s_median": round(statistics.median(batch_s), 2),
-                "run_s": [round(x, 2) for x in run_s], "empty_run_s": [round(x, 2) for x in empty_s],
-                "run_minus_empty_s_median": round(statistics.median(a - b for a, b in zip(run_s, empty_s,
-                                                                                           strict=True)), 2),
+                "batch_s": rounded(batch_s), "batch_s_median": round(statistics.median(batch_s), 2),
+                "run_s": rounded(run_s), "empty_run_s": rounded(empty_s),
+                "run_minus_empty_s_median": median_difference(run_s, empty_s),
                 "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed,
-                "streaming_batch_s": [round(x, 2) for x in stream_s],
-                "streaming_fixed_s": [round(x, 2) for x in stream_fixed_s],
-                "process_run_s": [round(x, 2) for x in process_s],
-                "process_empty_run_s": [round(x, 2) for x in process_empty_s],
-                "process_batch_s": [None if x is None else round(x, 2) for x in process_batch_s],
-                "process_run_minus_empty_s_median": round(statistics.median(
-                    a - b for a, b in zip(process_s, process_empty_s, strict=True)), 2),
-                "archive_first_run_s": round(first_s, 2), "archive_run_s": [round(x, 2) for x in archive_s],
-                "archive_empty_run_s": [round(x, 2) for x in archive_empty_s],
-                "archive_run_minus_empty_s_median": round(statistics.median(
-                    a - b for a, b in zip(archive_s, archive_empty_s, strict=True)), 2),
+                "streaming_batch_s": rounded(stream_s), "streaming_fixed_s": rounded(stream_fixed_s),
+                "process_run_s": rounded(process[0]), "process_empty_run_s": rounded(process[1]),
+                "process_batch_s": rounded(process[2]),
+                "process_run_minus_empty_s_median": median_difference(process[0], process[1]),
+                "archive_first_run_s": round(first_s, 2), "archive_run_s": rounded(archived[0]),
+                "archive_empty_run_s": rounded(archived[1]), "archive_batch_s": rounded(archived[2]),
+                "archive_run_minus_empty_s_median": median_difference(archived[0], archived[1]),
                 "files": files}
     finally:
         cluster.close()

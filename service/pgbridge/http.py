@@ -50,7 +50,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # How often ``serve_forever`` looks for a shutdown request: ``shutdown()`` (pgbridge stopping)
-# waits up to this long; the standard library's 0.5 s made every stop half a second slower.
+# waits up to this long; the standard library's 0.5 s made every stop up to half a second slower.
 SHUTDOWN_POLL_S: Final = 0.05
 
 

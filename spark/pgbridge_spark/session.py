@@ -56,15 +56,25 @@ JOB_DEFAULTS: Final[Mapping[str, str]] = {
 
 # Loggers whose ERROR lines are not errors (see the module docstring), raised to FATAL in the driver.
 QUIET_LOGGERS: Final = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
+# The driver's JVM options for a class archive (``class_archive_option``).
+MAP_ARCHIVE: Final = "-XX:SharedArchiveFile="
+WRITE_ARCHIVE_AT_EXIT: Final = "-XX:ArchiveClassesAtExit="
+
+
+def pyspark_home() -> Path:
+    """pyspark's own Spark distribution (``bin/``, ``jars/``): what ``python -m`` runs Spark from."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
 
 
 def class_archive_path(directory: Path) -> Path:
     """The archive in ``directory`` for this pyspark and this Java: a new one after either changes."""
     import pyspark
 
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get("JAVA_HOME") \
-        else shutil.which("java")
-    made_from = [pyspark.__version__, str(Path(pyspark.__file__).resolve().parent)]
+    java_home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=str(Path(java_home) / "bin")) if java_home else shutil.which("java")
+    made_from = [pyspark.__version__, str(pyspark_home())]
     if java is not None:
         real = Path(java).resolve()
         made_from += [str(real), str(real.stat().st_mtime_ns)]
@@ -74,9 +84,7 @@ def class_archive_path(directory: Path) -> Path:
 
 def class_path_folders(environ: Mapping[str, str]) -> list[Path]:
     """Folders Spark's launcher puts on the driver's class path (its configuration folders)."""
-    import pyspark
-
-    conf = environ.get("SPARK_CONF_DIR") or str(Path(pyspark.__file__).resolve().parent / "conf")
+    conf = environ.get("SPARK_CONF_DIR") or str(pyspark_home() / "conf")
     return [Path(p) for p in (conf, environ.get("HADOOP_CONF_DIR"), environ.get("YARN_CONF_DIR")) if p]
 
 
@@ -85,10 +93,10 @@ def class_archive_option(archive: Path, class_path_folders: Iterable[Path]) -> s
     ``None`` when it is missing and a folder with files is on the class path, where the JVM refuses
     to write one ("Cannot have non-empty directory in paths") and would not start."""
     if archive.is_file() and archive.stat().st_size > 0:
-        return f"-XX:SharedArchiveFile={archive}"
+        return f"{MAP_ARCHIVE}{archive}"
     if any(folder.is_dir() and any(folder.iterdir()) for folder in class_path_folders):
         return None
-    return f"-XX:ArchiveClassesAtExit={archive}"
+    return f"{WRITE_ARCHIVE_AT_EXIT}{archive}"
 
 
 def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", *, jars: bool = True,
@@ -117,7 +125,7 @@ def _with_class_archive(builder: SparkSession.Builder, directory: Path) -> Spark
                     "path (SPARK_CONF_DIR, HADOOP_CONF_DIR or YARN_CONF_DIR), which Java's class-data sharing "
                     "refuses", archive)
         return builder
-    log.info("class archive %s: %s", archive, "mapped" if option.startswith("-XX:Shared") else
+    log.info("class archive %s: %s", archive, "mapped" if option.startswith(MAP_ARCHIVE) else
              "written when this run ends")
     return builder.config("spark.driver.extraJavaOptions", option)
 

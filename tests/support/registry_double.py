@@ -50,6 +50,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastavro.schema import SchemaParseException, expand_schema, parse_schema
 
+from pgbridge.http import SHUTDOWN_POLL_S
 from tests.support.ports import free_port
 
 LEVELS: Final = frozenset({"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE",
@@ -210,8 +211,8 @@ class RegistryDouble:
         server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self._state, self._auth))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="registry-double",
-                                        daemon=True)  # close() returns within 50 ms
+        self._thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,),
+                                        name="registry-double", daemon=True)  # close() returns as pgbridge's does
         self._thread.start()
         return self
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pgbridge.embedded._process import wait_for
+from pgbridge_spark.session import pyspark_home
 from tests.support.daemons import DaemonGroup
 from tests.support.ports import free_port
 
@@ -49,9 +50,7 @@ logger.deploy.level = info
 
 def spark_home() -> Path:
     """pyspark's own distribution: ``bin/``, ``jars/`` (what the cluster and spark-submit run)."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    return pyspark_home()
 
 
 class SparkCluster:
