@@ -46,6 +46,11 @@ from tests.support.registry import SchemaRegistry, start_registry
 settings.register_profile("pgbridge", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile("pgbridge")
+# The minimum-versions run (tests/packaging/test_minimum_versions.py, ``--hypothesis-profile
+# floor``) asks whether the code works on the oldest releases of its dependencies, not whether the
+# properties hold (the suite's own run explores them): a tenth of the examples
+# (tests/support/properties.examples scales the tests that set their own number).
+settings.register_profile("floor", parent=settings.get_profile("pgbridge"), max_examples=10)
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +98,9 @@ FIRST: Final = ("cluster", "spark", "slow")
 # Tests sharing a costly session fixture run on one worker: the Spark standalone cluster with HDFS
 # and S3, and the sdist/wheel built once for the packaging tests. By test id, because the
 # scheduler in pytest-xdist's controller sees ids only (and xdist 3.8's own ``xdist_group`` marks
-# do not reach it under pytest 9.2, which no longer reads the node id xdist rewrites).
+# do not reach it under pytest 9.2, which no longer reads the node id xdist rewrites). The other
+# Spark tests stay apart: as one unit on one worker (one local Spark session for all) they took
+# 17 of a run's 27.8 minutes, as long as they took spread over both workers.
 WORKER_GROUPS: Final = (("tests/spark/test_cluster_mirror.py::", "spark-cluster"), ("tests/packaging/", "packaging"))
 
 

@@ -2,7 +2,9 @@
 
 A floor that is never installed is a guess (``confluent-kafka>=2.5`` allowed releases on which
 ``pgbridge run`` failed at import). This installs the wheel with every runtime dependency pinned to
-its declared floor and runs tests/unit there.
+its declared floor and runs tests/unit there, with a tenth of the property tests' examples
+(Hypothesis profile ``floor``, tests/conftest.py): the question here is whether the code works on
+those releases; the suite's own run of tests/unit explores the properties.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def test_the_unit_suite_passes_on_the_declared_minimum_versions(dist: Dist, tmp_
     installed_versions = {name: Version(venv.version_of(name)) for name in minimum_versions()}
     assert installed_versions == {name: Version(v) for name, v in minimum_versions().items()}
     live("minimum versions: the unit suite there\n")
-    suite = run([str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
+    suite = run([str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-profile", "floor",
+                 "tests/unit"],
                 cwd=REPO_ROOT, env=clean_env(), timeout=1200,
                 echo=lambda line: live(f"minimum versions | {line}"))  # told apart from the suite's own lines
     assert " passed" in suite.stdout

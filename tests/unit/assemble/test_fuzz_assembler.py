@@ -17,9 +17,10 @@ from pgbridge.decode.messages import Message, StreamStart
 from pgbridge.errors import InvariantError
 from pgbridge.lsn import Lsn
 from tests.fuzz import targets
+from tests.support.properties import examples
 
 
-@settings(max_examples=200, derandomize=True, database=None,
+@settings(max_examples=examples(200), derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(msgs=targets.message_objects())
 def test_messages_in_any_order_end_in_events_or_a_typed_error(msgs: list[Message], tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pgbridge.assemble.transaction import TransactionAssembler
 from pgbridge.assemble.units import AssembledEvent
 from pgbridge.lsn import Lsn
+from tests.support.properties import examples
 from tests.unit.assemble.scenario import (
     Wal,
     begin,
@@ -81,7 +82,7 @@ class Model:
         return choices
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(budget=st.sampled_from([1, 300, 1024, 1 << 20]), data=st.data())
 def test_random_interleavings_match_the_reference_model(budget: int, data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as tmp:

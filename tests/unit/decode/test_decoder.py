@@ -23,6 +23,7 @@ from pgbridge.decode.pgoutput import PgoutputDecoder
 from pgbridge.errors import DecodeError, InvariantError
 from pgbridge.lsn import Lsn
 from tests.support.pgoutput_builder import encode_message
+from tests.support.properties import examples
 
 from .strategies import messages
 
@@ -137,7 +138,7 @@ def _streams(draw: st.DrawFn, version: int) -> list[tuple[Message, bool]]:
 
 
 @pytest.mark.parametrize("version", [2, 3, 4])
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(data=st.data())
 def test_random_streams_decode_message_for_message(version: int, data: st.DataObject) -> None:
     script = data.draw(_streams(version))

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from pgbridge.decode.pgoutput import decode_message
 from pgbridge.errors import DecodeError
 from tests.fuzz import targets
+from tests.support.properties import examples
 
-SHORT = settings(max_examples=60, derandomize=True, database=None,
+SHORT = settings(max_examples=examples(60), derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -45,7 +46,7 @@ def test_mutated_sessions_stop_at_a_typed_error(version: int, data: st.DataObjec
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
-@settings(max_examples=30, derandomize=True, database=None)
+@settings(max_examples=examples(30), derandomize=True, database=None)
 @given(data=st.data())
 def test_valid_sessions_are_consumed_whole(version: int, data: st.DataObject) -> None:
     """The generator's sessions are valid, so a mutated session's error is the mutation's doing."""

@@ -26,6 +26,7 @@ from pgbridge.encode.schemas import column_codecs
 from pgbridge.lsn import Lsn
 from pgbridge.publish.routing import TopicRouter
 from tests.support.kernels import compiled
+from tests.support.properties import examples
 from tests.unit.encode.avro_helpers import SchemaLog, relation
 
 
@@ -247,14 +248,14 @@ def same_both_ways(change: RowChange, ctx: EventContext = CTX) -> Any:
     return native
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(rows(None))
 def test_rows_of_canonical_values_are_encoded_alike(row: TupleData) -> None:
     for rel in (KEYED, MULTI_KEYED):
         assert isinstance(same_both_ways(RowChange("c", rel, Lsn(0x16_B374_D848), None, None, row)), list)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(rows())
 @example(TupleData(b"t" * len(COLUMNS), tuple(b"" for _ in COLUMNS)))
 def test_inserts_with_odd_values(row: TupleData) -> None:
@@ -276,7 +277,7 @@ def test_binary_float4_bits_are_encoded_alike(bits: int) -> None:
     assert expected.to_bytes(4, "little") in value
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(binary_rows(), binary_rows())
 def test_binary_rows_are_encoded_alike(row: TupleData, old: TupleData) -> None:
     assert isinstance(same_both_ways(RowChange("c", KEYED, Lsn(1), None, None, row)), list)
@@ -292,7 +293,7 @@ def test_the_send_layout_helper_matches_postgres_text(text: bytes) -> None:
     assert Decimal(numeric_text_from_binary(numeric_send_of(text))) == Decimal(text.decode())
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(numeric_send(), st.sampled_from(["n12_2", "n38_10", "n5_0", "n18_18"]))
 def test_odd_numeric_send_layouts_encode_or_fail_alike(raw: bytes, name: str) -> None:
     values = {"i8": b"1", "i4": b"1", "i2": b"1", "o": b"1", "t": b"x", "vc": b"x", "u": b"x", "n_any": b"1",

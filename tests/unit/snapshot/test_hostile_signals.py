@@ -23,6 +23,7 @@ from pgbridge.snapshot.incremental import (
     read_signal,
 )
 from tests.support.progress import MemoryProgress
+from tests.support.properties import examples
 
 
 def _snapshotter() -> tuple[IncrementalSnapshotter, MemoryProgress]:
@@ -97,7 +98,7 @@ signal_like = st.fixed_dictionaries({"type": st.sampled_from(["execute-snapshot"
                                               "data": json_values, "slot": json_values})
 
 
-@settings(max_examples=300, derandomize=True, database=None)
+@settings(max_examples=examples(300), derandomize=True, database=None)
 @given(content=st.binary(max_size=200) | json_values.map(_json) | signal_like.map(_json))
 def test_no_content_makes_on_signal_raise(content: bytes) -> None:
     snap, _progress = _snapshotter()
