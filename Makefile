@@ -32,7 +32,8 @@ lint: install
 	$(VENV)/bin/ruff check service tests bench spark jvm setup.py
 	$(VENV)/bin/mypy
 
-# Two workers (pytest-xdist), one per core: with both, the CPUs are 84-86% busy over a run (README).
+# Two workers (pytest-xdist), one per core: with both, the CPUs are 84-86% busy over a run; a third
+# only makes them busier (92%), not the run shorter (README).
 # tests/conftest.py starts the long tests first and keeps tests sharing a costly server on one worker.
 TEST_WORKERS ?= 2
 test: deps lint

@@ -39,6 +39,9 @@ class MirrorConfig:
     history: bool = False  # mirror mode: keep every version of a keyed table's rows (SCD type 2)
     compact_every: int = 0  # OPTIMIZE the tables a batch touched every N batches (0: never)
     retention_hours: float | None = None  # VACUUM after compaction, keeping this many hours of files
+    # tables whose commits of one micro-batch run at once (each in a Spark session of its own);
+    # None: as many as the driver has CPUs (session.table_workers)
+    parallel_tables: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -47,6 +50,8 @@ class MirrorConfig:
             raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
         if self.history and self.mode != "mirror":
             raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
+        if self.parallel_tables is not None and self.parallel_tables < 1:
+            raise ValueError(f"--parallel-tables must be at least 1, not {self.parallel_tables}")
 
     @property
     def transactions_topic(self) -> str:
@@ -100,6 +105,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--retention-hours", type=float, default=None,
                         help="after each compaction, VACUUM files older than this (Delta refuses < 168 unless "
                              "spark.databricks.delta.retentionDurationCheck.enabled=false)")
+    parser.add_argument("--parallel-tables", type=int, default=None, metavar="N",
+                        help="commit up to N tables of a micro-batch at once (default: the driver's CPUs; "
+                             "1: one table after the other)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                         help="Kafka consumer property (repeatable)")
     args = parser.parse_args(argv)
@@ -111,5 +119,5 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
                           kafka_options=options, exactly_once=args.exactly_once, history=args.history,
                           compact_every=args.compact_every,
-                          retention_hours=args.retention_hours)
+                          retention_hours=args.retention_hours, parallel_tables=args.parallel_tables)
     return config, args

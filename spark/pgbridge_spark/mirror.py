@@ -31,11 +31,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -86,7 +88,13 @@ from pgbridge_spark.merge import (
 from pgbridge_spark.packages import MissingJars
 from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
-from pgbridge_spark.session import apply_job_defaults, build_session, shuffle_partitions
+from pgbridge_spark.session import (
+    apply_job_defaults,
+    build_session,
+    shuffle_partitions,
+    sibling_session,
+    table_workers,
+)
 from pgbridge_spark.source import MissingKafkaSource, kafka_stream
 
 log = logging.getLogger("pgbridge_spark.mirror")
@@ -124,6 +132,16 @@ class _TableBatch:
     schema_id: str
     cached: DataFrame  # decoded, not applied before, duplicates dropped (persisted)
     changes: DataFrame  # ``cached`` as far as this batch applies it (consistent mode: up to the cut)
+
+
+@dataclass(frozen=True)
+class _TableWork:
+    """One table's part of a micro-batch, ready to commit: its changes, their statistics
+    (``MirrorJob._stats``) and the positions after which dropped columns reset (``_resets``)."""
+
+    table: _TableBatch
+    stats: list[Any]
+    resets: Mapping[str, Position]
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
@@ -241,6 +259,7 @@ class MirrorJob:
         applied: dict[str, str] = {}
         count = 0
         try:
+            work: list[_TableWork] = []
             for i, table in enumerate(tables):
                 stats = self._stats(table)
                 positions = self._schema_positions(stats)
@@ -252,7 +271,8 @@ class MirrorJob:
                     if cut is not None:
                         table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
                     stats = self._stats(table)
-                n = self._apply(spark, table, batch_id, stats, self._resets(table, positions), cut)
+                work.append(_TableWork(table, stats, self._resets(table, positions)))
+            for table, n in self._apply_tables(spark, work, batch_id, cut):
                 if n:
                     applied[table.name] = table.path
                     count += n
@@ -402,8 +422,34 @@ class MirrorJob:
                             delta_tables.table_uri(self.config.output, PENDING), self.config.app_id, batch_id,
                             progress.to_metadata(), mode="overwrite")
 
-    def _apply(self, spark: SparkSession, table: _TableBatch, batch_id: int, stats: list[Any],
-               resets: Mapping[str, Position], cut: int | None) -> int:
+    def _apply_tables(self, spark: SparkSession, work: Sequence[_TableWork], batch_id: int,
+                      cut: int | None) -> list[tuple[_TableBatch, int]]:
+        """Each table's commit of the micro-batch and the changes it applied. Up to
+        ``session.table_workers`` tables at once, each through a session of its own (its commit
+        options are session settings); every commit has ended, committed or failed, before the
+        first failure is raised, so none is still running when the batch is given up. Tables are
+        independent commits either way: a crash between them leaves some committed, which the
+        replayed batch skips (``TableProgress.applied``)."""
+        workers = table_workers(self.config.parallel_tables, len(work))
+        if workers == 1:
+            return [(w.table, self._apply(spark, w, batch_id, cut)) for w in work]
+        sessions: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()
+        for _ in range(workers):
+            sessions.put(sibling_session(spark))
+
+        def apply(item: _TableWork) -> int:
+            session = sessions.get()
+            try:
+                return self._apply(session, item, batch_id, cut)
+            finally:
+                sessions.put(session)
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="pgbridge-table") as pool:
+            futures = [pool.submit(apply, item) for item in work]
+        return [(item.table, future.result()) for item, future in zip(work, futures, strict=True)]
+
+    def _apply(self, spark: SparkSession, work: _TableWork, batch_id: int, cut: int | None) -> int:
+        table, stats, resets = work.table, work.stats, work.resets
         count = sum(int(r["n"]) for r in stats)
         if not count:
             return 0

@@ -152,3 +152,23 @@ def shuffle_partitions(records: int, parallelism: int) -> int:
     """Shuffle partitions for a micro-batch of ``records``: the cores, more for large batches."""
     wanted = math.ceil(records / RECORDS_PER_SHUFFLE_PARTITION)
     return max(1, parallelism, min(wanted, MAX_SHUFFLE_PARTITIONS))
+
+
+def table_workers(requested: int | None, tables: int) -> int:
+    """How many tables of a micro-batch commit at once: ``requested`` (``--parallel-tables``) or
+    the driver's CPUs, never more than there are tables. Most of a small ``MERGE`` is the driver
+    planning and committing it, one thread per table: tables at once keep the driver's cores busy."""
+    wanted = requested if requested is not None else (os.cpu_count() or 1)
+    return max(1, min(wanted, tables))
+
+
+def sibling_session(spark: SparkSession) -> SparkSession:
+    """A session sharing ``spark``'s SparkContext and cached data, with a copy of its SQL settings
+    (those set at runtime too: the batch's shuffle partitions, ``JOB_DEFAULTS``) and settings of its
+    own from then on: the commit options of one table (``delta_tables.commit_options``) are
+    session settings, so tables committing at once need a session each."""
+    sibling = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(key):
+            sibling.conf.set(key, value)
+    return sibling

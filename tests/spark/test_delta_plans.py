@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType, StructField, StructType
 
+from pgbridge_spark.config import parse_args
 from pgbridge_spark.decode import record_conformer
 from pgbridge_spark.delta_tables import version_at_cut
 from pgbridge_spark.evolution import plan_schema, table_schema
@@ -22,6 +24,7 @@ from pgbridge_spark.session import (
     class_archive_path,
     class_path_folders,
     shuffle_partitions,
+    table_workers,
 )
 
 POSITIONS = [StructField(COMMIT_LSN_COLUMN, LongType()), StructField(TOTAL_ORDER_COLUMN, LongType())]
@@ -118,6 +121,26 @@ def test_shuffle_partitions_follow_the_batch_not_sparks_200() -> None:
     assert shuffle_partitions(1000, 2) == 2
     assert shuffle_partitions(10_000_000, 2) == 20
     assert shuffle_partitions(10**12, 2) == 200
+
+
+def test_tables_commit_as_many_at_once_as_asked_or_as_the_driver_has_cpus_never_more_than_there_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert table_workers(None, 3) == 3
+    assert table_workers(None, 20) == 8
+    assert table_workers(1, 20) == 1
+    assert table_workers(4, 2) == 2
+    assert table_workers(None, 0) == 1
+    monkeypatch.setattr("os.cpu_count", lambda: None)
+    assert table_workers(None, 5) == 1
+
+
+def test_parallel_tables_below_one_is_refused() -> None:
+    config, _ = parse_args(["--bootstrap-servers", "k:9092", "--output", "o", "--checkpoint", "c",
+                            "--parallel-tables", "3"])
+    assert config.parallel_tables == 3
+    with pytest.raises(ValueError, match="--parallel-tables must be at least 1"):
+        parse_args(["--bootstrap-servers", "k:9092", "--output", "o", "--checkpoint", "c", "--parallel-tables", "0"])
 
 
 def test_a_class_archive_is_mapped_when_there_and_written_at_exit_when_not(tmp_path: Path) -> None:

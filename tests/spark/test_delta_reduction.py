@@ -7,10 +7,12 @@ and reads the table back.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -39,6 +41,7 @@ from pgbridge_spark.merge import (
 )
 from pgbridge_spark.mirror import POSITION_FIELDS
 from pgbridge_spark.schemas import change_type
+from pgbridge_spark.session import sibling_session
 
 pytestmark = [pytest.mark.spark]
 
@@ -188,3 +191,29 @@ def test_the_key_range_bounds_only_single_integral_keys_and_plans_without_a_trun
     assert with_key_range(plan, "id", -5, 9).condition == "t.`id` = s.`id` AND t.`id` BETWEEN -5 AND 9"
     truncating = keyed_plan(ROW, ["id"], (30, 1))
     assert with_key_range(truncating, "id", 1, 2) == truncating
+
+
+def test_tables_committing_at_once_each_carry_their_own_commit_options(spark: Any, tmp_path: Path) -> None:
+    """``--parallel-tables``: a MERGE's commit options are session settings, so each table commits
+    through a sibling session; at once, every table's commit still holds its own metadata."""
+    paths = [str(tmp_path / f"t{i}") for i in range(3)]
+    for path in paths:
+        delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+        apply(spark, path, [change("c", 1, 0, None, (1, "first", None))])
+    siblings = [sibling_session(spark) for _ in paths]
+    assert siblings[0].conf.get("spark.sql.shuffle.partitions") == spark.conf.get("spark.sql.shuffle.partitions")
+
+    def commit(i: int) -> None:
+        session, path = siblings[i], paths[i]
+        source = reduce_keyed(session.createDataFrame([change("u", 2 + j, 0, (1, "first", None), (1, f"t{i}-{j}", None))
+                                                       for j in range(3)], change_type(ROW, KEY)), ROW, ["id"], None, False)
+        with delta_tables.commit_options(session, "app", 7, f"metadata of t{i}"):
+            delta_tables.merge(session, path, source, keyed_plan(ROW, ["id"], None))
+
+    with ThreadPoolExecutor(len(paths)) as pool:
+        list(pool.map(commit, range(len(paths))))
+    for i, path in enumerate(paths):
+        last = DeltaTable.forPath(spark, path).history(1).collect()[0]
+        assert last["userMetadata"] == f"metadata of t{i}"
+        assert spark.read.format("delta").load(path).select("v").collect()[0]["v"] == f"t{i}-2"
+    assert spark.conf.get(delta_tables.USER_METADATA, None) is None  # the job's own session untouched
