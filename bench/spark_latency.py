@@ -10,15 +10,16 @@ pgbridge_spark.mirror`` builds (``session.build_session``: local[2], nothing tun
 COMMIT returned, both on this machine's monotonic clock.
 
     .venv/bin/python bench/spark_latency.py [--probes 30] [--interval 1.0] [--trigger 0.5] [--consistent]
+        [--parallel-tables N] [--output FILE]
 
-Prints one JSON object: percentiles (p50, p95, p99) of commit→mirror latency and of micro-batch
-duration.
+Writes one JSON object to bench/results/spark-latency.json (``--output``; and prints it):
+percentiles (p50, p95, p99) of commit→mirror latency and of micro-batch duration, with the command,
+the load average before and after and the commit (``spark_mirror_throughput.write_result``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -33,9 +34,11 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service")]
+sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service"), str(ROOT / "bench")]
+RESULT = ROOT / "bench" / "results" / "spark-latency.json"
 
 from jvm.fetch import classpath, fetch  # noqa: E402
+from spark_mirror_throughput import write_result  # noqa: E402
 
 from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
 from pgbridge.embedded.postgres import start_cluster  # noqa: E402
@@ -52,7 +55,11 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between probe commits")
     parser.add_argument("--trigger", type=float, default=0.5, help="micro-batch trigger interval, seconds")
     parser.add_argument("--consistent", action="store_true", help="transaction-consistent mode")
+    parser.add_argument("--parallel-tables", type=int, default=None,
+                        help="the job's --parallel-tables (default: the job's, the driver's CPUs)")
+    parser.add_argument("--output", type=Path, default=RESULT)
     args = parser.parse_args()
+    load_before = os.getloadavg()
 
     from pgbridge_spark.config import MirrorConfig
     from pgbridge_spark.mirror import BatchResult, MirrorJob
@@ -97,7 +104,7 @@ def main() -> int:
 
         config = MirrorConfig(bootstrap_servers=broker.bootstrap, prefix=prefix, output=str(output),
                               checkpoint=str(work / "checkpoint"), consistent=args.consistent,
-                              trigger_seconds=args.trigger)
+                              trigger_seconds=args.trigger, parallel_tables=args.parallel_tables)
         query = MirrorJob(spark, config, on_batch=on_batch).start()
 
         # warm up: the first row makes topics, schemas and the Spark plan exist
@@ -133,6 +140,7 @@ def main() -> int:
         result: dict[str, Any] = {
             "probes": args.probes, "arrived": len(latencies), "trigger_s": args.trigger,
             "consistent": args.consistent, "background_tx_per_s": round(1 / 0.02),
+            "parallel_tables": args.parallel_tables,
             "commit_to_mirror_s": {"p50": round(statistics.median(latencies), 3),
                                    "p95": round(percentile(latencies, 0.95), 3),
                                    "p99": round(percentile(latencies, 0.99), 3),
@@ -140,7 +148,7 @@ def main() -> int:
             "micro_batch_s": {"p50": round(statistics.median(batch_seconds), 3),
                               "p95": round(percentile(batch_seconds, 0.95), 3), "count": len(batch_seconds)},
         }
-        print(json.dumps(result, indent=2))
+        write_result(result, args.output, load_before)
         return 0
     finally:
         if query is not None:
