@@ -3,7 +3,8 @@ the other against all at once (each through a sibling session, as ``MirrorJob`` 
 
 Each of ``--tables`` Delta tables (deletion vectors on, as the job creates them) holds ``--rows``
 rows; a round MERGEs ``--changes`` spread updates into every table with the job's commit options
-(``delta_tables.commit_options``: txnAppId, txnVersion, userMetadata), first sequentially through
+(``delta_tables.commit_options``: txnAppId, txnVersion, userMetadata) through the job's own
+``delta_tables.merge``, first sequentially through
 the one session, then concurrently, one thread and sibling session (``session.sibling_session``)
 per table. The session is ``session.build_session``'s (local[2], nothing tuned) and warmed by
 ``--warmup`` rounds of each before ``--rounds`` measured ones; the JVM's own CPU seconds are read
@@ -30,15 +31,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(ROOT / "service"), str(ROOT / "bench")]
 
+from e2e import procstat  # noqa: E402
 from spark_mirror_throughput import write_result  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "spark-parallel-tables.json"
 
 
 def jvm_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    taken = procstat.sample(pid)
+    assert taken is not None, "the Spark driver's JVM is gone"
+    return taken.cpu_s
 
 
 def timed(round_: Callable[[], None], pid: int) -> tuple[float, float]:
@@ -58,9 +60,10 @@ def main() -> int:
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     from pgbridge_spark import delta_tables
+    from pgbridge_spark.merge import MergePlan
     from pgbridge_spark.session import apply_job_defaults, build_session, sibling_session
 
     spark = build_session("local[2]")
@@ -75,12 +78,14 @@ def main() -> int:
     step = max(1, args.rows // args.changes)
     version = iter(range(1, 1_000_000))
 
+    upsert = MergePlan(condition="t.id = s.id", delete_when=None, update_when="true", update={"v": F.col("s.v")},
+                       insert_when="true", insert={"id": F.col("s.id"), "v": F.col("s.v")}, truncate_before=None)
+
     def merge(session: Any, i: int) -> None:
         n = next(version)
         source = session.range(args.changes).selectExpr(f"(id * {step} + {n}) % {args.rows} AS id", f"'round {n}' AS v")
         with delta_tables.commit_options(session, f"bench-{i}", n, f'{{"table": {i}}}'):
-            (DeltaTable.forPath(session, paths[i]).alias("t").merge(source.alias("s"), "t.id = s.id")
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+            delta_tables.merge(session, paths[i], source, upsert)  # the job's own MERGE call
 
     siblings = [sibling_session(spark) for _ in paths]
 

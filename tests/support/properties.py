@@ -3,15 +3,11 @@ with a profile that asks for fewer (``floor``, the minimum-versions run: tests/c
 
 from __future__ import annotations
 
-from typing import Final
-
 from hypothesis import settings
-
-DEFAULT_EXAMPLES: Final = 100  # Hypothesis' own default, which the suite's profile keeps
 
 
 def examples(n: int) -> int:
-    """``n`` under the suite's profile; ``n`` times the loaded profile's share of the default otherwise."""
+    """``n`` under the suite's profile (``pgbridge``); scaled by the loaded profile's share of its examples."""
     loaded = settings.default
     assert loaded is not None  # tests/conftest.py loads a profile before any test module is imported
-    return max(1, n * loaded.max_examples // DEFAULT_EXAMPLES)
+    return max(1, n * loaded.max_examples // settings.get_profile("pgbridge").max_examples)
