@@ -281,7 +281,7 @@ def stored_entries(table: DataFrame, row_type: StructType) -> DataFrame:
 def keyless_plan(row_type: StructType, truncate: Position | None) -> MergePlan:
     """The ``MERGE`` of ``keyless_source``: matched copies go, the new count is inserted."""
     same = [f"{quoted(f.name, 't')} <=> {quoted(f.name, 's')} AND "
-            f"{quoted(UNREPRESENTABLE_COLUMN, 't')}[{_sql_string(f.name)}] <=> s.{text_column(i)}"
+            f"{quoted(UNREPRESENTABLE_COLUMN, 't')}[{sql_string(f.name)}] <=> s.{text_column(i)}"
             for i, f in enumerate(row_type.fields)]
     condition = " AND ".join([f"s.{MATCH}", *same])
     texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
@@ -292,7 +292,8 @@ def keyless_plan(row_type: StructType, truncate: Position | None) -> MergePlan:
                      insert_when=f"NOT s.{MATCH}", insert=insert, truncate_before=truncate)
 
 
-def _sql_string(text: str) -> str:
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 

@@ -86,7 +86,13 @@ from pgbridge_spark.merge import (
     with_key_range,
 )
 from pgbridge_spark.packages import MissingJars
-from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, new_changes_condition
+from pgbridge_spark.progress import (
+    TableProgress,
+    TransactionEnd,
+    consistent_cut,
+    new_changes_condition,
+    past_cut,
+)
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
 from pgbridge_spark.session import (
     apply_job_defaults,
@@ -142,6 +148,16 @@ class _TableWork:
     table: _TableBatch
     stats: list[Any]
     resets: Mapping[str, Position]
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """Consistent mode: what ``_pgbridge/pending`` recorded with the last completed micro-batch."""
+
+    cut: int = 0
+    done: bool = False  # this micro-batch completed before (a replay)
+    held: int | None = 0  # records it holds past the cut (None: unknown)
+    exists: bool = False
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
@@ -210,19 +226,16 @@ class MirrorJob:
         spark = batch.sparkSession
         started = time.monotonic()
         raw = batch.select("key", "value", "topic", "partition", "offset").where("value IS NOT NULL")
-        pending_path = delta_tables.table_uri(self.config.output, PENDING)
-        cut_before, pending_done = 0, False
-        if self.config.consistent and delta_tables.is_table(spark, pending_path):
-            found = delta_tables.last_progress(spark, pending_path)
-            if found is not None:
-                cut_before = found[0].cut or 0
-                pending_done = found[0].applied(self.config.app_id, batch_id)
-            pending = spark.read.format("delta").load(pending_path)
-            raw = raw.unionByName(pending).dropDuplicates(["topic", "partition", "offset"])
+        pending = _Pending()
+        if self.config.consistent:
+            pending = self._pending(spark, batch_id)
+            if pending.held != 0:  # unknown (None) or some: read them with the batch
+                held = spark.read.format("delta").load(delta_tables.table_uri(self.config.output, PENDING))
+                raw = raw.unionByName(held).dropDuplicates(["topic", "partition", "offset"])
         spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
         raw = raw.persist()
         try:
-            result = self._process(spark, raw, batch_id, cut_before, pending_done)
+            result = self._process(spark, raw, batch_id, pending)
         finally:
             raw.unpersist()
         result = replace(result, seconds=time.monotonic() - started)
@@ -231,8 +244,18 @@ class MirrorJob:
         if self.on_batch is not None:
             self.on_batch(batch_id, result)
 
-    def _process(self, spark: SparkSession, raw: DataFrame, batch_id: int, cut_before: int,
-                 pending_done: bool) -> BatchResult:
+    def _pending(self, spark: SparkSession, batch_id: int) -> _Pending:
+        """What ``_pgbridge/pending`` recorded with the last micro-batch that completed."""
+        path = delta_tables.table_uri(self.config.output, PENDING)
+        if not delta_tables.is_table(spark, path):
+            return _Pending()
+        found = delta_tables.last_progress(spark, path)
+        if found is None:
+            return _Pending(held=None, exists=True)
+        return _Pending(cut=found[0].cut or 0, done=found[0].applied(self.config.app_id, batch_id),
+                        held=found[0].pending, exists=True)
+
+    def _process(self, spark: SparkSession, raw: DataFrame, batch_id: int, pending: _Pending) -> BatchResult:
         config = self.config
         headers = (raw.select("topic", "partition", "offset", F.expr(_HEADER.format(c="key")).alias("kh"),
                               F.expr(_HEADER.format(c="value")).alias("vh"))
@@ -250,10 +273,10 @@ class MirrorJob:
         self._texts = texts
         tables = [self._table_batch(spark, raw, topic, rows, texts) for topic, rows in sorted(by_topic.items())
                   if topic != config.transactions_topic]
-        cut = None
+        cut, past = None, 0
         boundaries: list[tuple[int, int, int]] = []
         if config.consistent:
-            cut, boundaries = self._cut(raw, tables, texts, cut_before)
+            cut, boundaries, past = self._cut(raw, tables, texts, pending.cut)
             for table in tables:
                 table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
         applied: dict[str, str] = {}
@@ -276,9 +299,9 @@ class MirrorJob:
                 if n:
                     applied[table.name] = table.path
                     count += n
-            if config.consistent and not pending_done:
+            if config.consistent and not pending.done:
                 assert cut is not None
-                self._keep_pending(spark, raw, tables, cut, boundaries, batch_id)
+                self._keep_pending(spark, raw, tables, (cut, past), pending, boundaries, batch_id)
         except Exception:
             self._progress.clear()  # what was committed is read back from the tables
             raise
@@ -387,8 +410,9 @@ class MirrorJob:
         return resets
 
     def _cut(self, raw: DataFrame, tables: list[_TableBatch], texts: Mapping[str, str],
-             cut_before: int) -> tuple[int, list[tuple[int, int, int]]]:
-        """The new cut, and ``(partition, offset, commit_lsn)`` of every boundary record read."""
+             cut_before: int) -> tuple[int, list[tuple[int, int, int]], int]:
+        """The new cut, ``(partition, offset, commit_lsn)`` of every boundary record read, and how
+        many records wait past the cut (``progress.past_cut``)."""
         records = (raw.where(F.col("topic") == self.config.transactions_topic)
                    .select("partition", "offset", "value").collect())
         decoded = list(decode_boundaries(texts, [r["value"] for r in records]))
@@ -403,12 +427,23 @@ class MirrorJob:
                 counts[(row["commit_lsn"], f"{row['schema']}.{row['table']}")] = row["count"]
         mirrored = set(self.config.tables) or None
         cut = consistent_cut(cut_before, ends, counts, mirrored)
-        return cut, [(r["partition"], r["offset"], b["commit_lsn"]) for r, b in zip(records, decoded, strict=True)]
+        return (cut, [(r["partition"], r["offset"], b["commit_lsn"]) for r, b in zip(records, decoded, strict=True)],
+                past_cut(cut, counts, (b["commit_lsn"] for b in decoded)))
 
-    def _keep_pending(self, spark: SparkSession, raw: DataFrame, tables: list[_TableBatch], cut: int,
-                      boundaries: list[tuple[int, int, int]], batch_id: int) -> None:
+    def _keep_pending(self, spark: SparkSession, raw: DataFrame, tables: list[_TableBatch],
+                      cuts: tuple[int, int], before: _Pending, boundaries: list[tuple[int, int, int]],
+                      batch_id: int) -> None:
         """Records past the cut wait in the Delta table ``_pgbridge/pending`` (raw, so a later
-        schema still applies); its commit records the cut, which is where ``read_consistent`` looks."""
+        schema still applies); its commit records the cut, which is where ``read_consistent`` looks.
+        ``cuts``: the cut and the records past it. With none past it and none held before, the
+        commit changes no data (the common case: a batch that ends between transactions)."""
+        cut, past = cuts
+        path = delta_tables.table_uri(self.config.output, PENDING)
+        progress = TableProgress(app=self.config.app_id, batch=batch_id, cut=cut, pending=past)
+        if past == 0 and before.held == 0 and before.exists:
+            delta_tables.mark(spark, path, self.config.app_id, batch_id, progress.to_metadata(),
+                              {"pgbridge.cut": str(cut)})
+            return
         coordinates = StructType([StructField("topic", raw.schema["topic"].dataType, False),
                                   StructField("partition", IntegerType(), False),
                                   StructField("offset", LongType(), False)])
@@ -417,10 +452,8 @@ class MirrorJob:
         keep.append(spark.createDataFrame(
             [(self.config.transactions_topic, p, o) for p, o, lsn in boundaries if lsn > cut], coordinates))
         kept = raw.join(_union(keep), ["topic", "partition", "offset"], "left_semi")
-        progress = TableProgress(app=self.config.app_id, batch=batch_id, cut=cut)
-        delta_tables.append(kept.select("key", "value", "topic", "partition", "offset"),
-                            delta_tables.table_uri(self.config.output, PENDING), self.config.app_id, batch_id,
-                            progress.to_metadata(), mode="overwrite")
+        delta_tables.append(kept.select("key", "value", "topic", "partition", "offset"), path, self.config.app_id,
+                            batch_id, progress.to_metadata(), mode="overwrite")
 
     def _apply_tables(self, spark: SparkSession, work: Sequence[_TableWork], batch_id: int,
                       cut: int | None) -> list[tuple[_TableBatch, int]]:

@@ -39,13 +39,17 @@ class TableProgress:
     app: str | None = None  # the job (its checkpoint) that made the commit
     batch: int | None = None  # the micro-batch that made it
     cut: int | None = None  # consistent mode: every transaction with commit LSN <= cut is applied
+    # the ``_pgbridge/pending`` table only: records it holds past the cut (``None``: not recorded,
+    # a job before this field), so a micro-batch skips reading it, and an empty one stays a
+    # commit without data (``delta_tables.mark``), when it is known to be empty
+    pending: int | None = None
 
     def to_metadata(self) -> str:
         return json.dumps({METADATA_KEY: {
             "key_fields": self.key_fields, "schema_id": self.schema_id,
             "partitions": {p: list(v) for p, v in sorted(self.partitions.items())},
             "truncated_at": list(self.truncated_at) if self.truncated_at else None,
-            "app": self.app, "batch": self.batch, "cut": self.cut}}, sort_keys=True)
+            "app": self.app, "batch": self.batch, "cut": self.cut, "pending": self.pending}}, sort_keys=True)
 
     @staticmethod
     def from_metadata(text: str) -> TableProgress:
@@ -56,7 +60,8 @@ class TableProgress:
                              partitions={p: (int(v[0]), int(v[1])) for p, v in (raw.get("partitions") or {}).items()},
                              truncated_at=(int(truncated[0]), int(truncated[1])) if truncated else None,
                              app=raw.get("app"), batch=None if raw.get("batch") is None else int(raw["batch"]),
-                             cut=None if raw.get("cut") is None else int(raw["cut"]))
+                             cut=None if raw.get("cut") is None else int(raw["cut"]),
+                             pending=None if raw.get("pending") is None else int(raw["pending"]))
 
     def applied(self, app: str, batch: int) -> bool:
         """True if this job already committed micro-batch ``batch`` (or a later one) to the table."""
@@ -115,3 +120,10 @@ def consistent_cut(cut: int, ends: Iterable[TransactionEnd], read_counts: Mappin
             break
         cut = lsn
     return cut
+
+
+def past_cut(cut: int, read_counts: Mapping[tuple[int, str], int], boundary_lsns: Iterable[int]) -> int:
+    """Records of a micro-batch that wait for a later one: its transactions' events (``read_counts``
+    as for ``consistent_cut``) and transaction boundaries committed after ``cut``."""
+    return (sum(n for (lsn, _), n in read_counts.items() if lsn > cut)
+            + sum(1 for lsn in boundary_lsns if lsn > cut))

@@ -14,14 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from pyspark.errors import AnalysisException
 
 from pgbridge_spark.config import MirrorConfig
-from pgbridge_spark.mirror import BatchResult, MirrorJob
+from pgbridge_spark.mirror import PENDING, BatchResult, MirrorJob
+from pgbridge_spark.progress import TableProgress
 from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
-from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -62,6 +61,18 @@ def mirrored_total(output: Path) -> tuple[Decimal, int]:
     return total, rows
 
 
+def pending_history(spark: Any, output: Path) -> list[tuple[str, int | None, int | None, int]]:
+    """Per commit of ``_pgbridge/pending``, oldest first: the operation, the cut and the records
+    held as its progress records them, and the rows it holds at that version."""
+    path = str(output / PENDING)
+    out = []
+    for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect():
+        progress = TableProgress.from_metadata(row["userMetadata"])
+        held = spark.read.format("delta").option("versionAsOf", row["version"]).load(path).count()
+        out.append((row["operation"], progress.cut, progress.pending, held))
+    return out
+
+
 def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apache_kafka: Broker,
                                                    topic_prefix: str, tmp_path: Path) -> None:
     # given
@@ -100,11 +111,30 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
                                    ).fetchone()
             assert row is not None and row[0] == TOTAL
             wait_published(pg_dsn, topic_prefix)
-            wait_until(lambda: _caught_up(pg_dsn, output), timeout=1200,  # small batches, each many Spark jobs
-                       message="mirror to catch up")
+            # every record in Kafka processed and committed, the last transactions' ends included
+            # (polling the tables instead would run Spark jobs beside the stream's own)
+            query.processAllAvailable()
+            # ... and one more transaction, whose micro-batch ends where the transaction does, after one
+            # that left nothing past its cut
+            caught_up = len(observed)
+            with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
+                conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = 0")
+                conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = 0")
+            wait_published(pg_dsn, topic_prefix)
+            query.processAllAvailable()
         finally:
             query.stop()
         assert bridge.terminate() == 0, bridge.log()
+    for table in ("public.checking", "public.savings"):
+        assert_mirrored(pg_dsn, output, table)
+    # ... the pending table's every commit records the records it holds; a batch with none past its
+    # cut after one that left none is a commit without data
+    history = pending_history(spark, output)
+    assert all(pending == held for _, _, pending, held in history), history
+    assert any(pending for _, _, pending, _ in history), f"no micro-batch ended inside a transaction: {history}"
+    last_cut = observed[-1][1]
+    assert len(observed) > caught_up and last_cut is not None and last_cut > (observed[caught_up - 1][1] or 0)
+    assert history[-1][:3] == ("SET TBLPROPERTIES", last_cut, 0), history
     # then: every micro-batch left either nothing or a state with the constant total
     assert len(observed) >= 5, observed
     assert any(cut is not None and rows for _, cut, _, rows in observed)
@@ -113,11 +143,3 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
     cuts = [cut or 0 for _, cut, _, _ in observed]
     assert cuts == sorted(cuts)
 
-
-def _caught_up(dsn: str, output: Path) -> bool:
-    try:
-        for table in ("public.checking", "public.savings"):
-            assert_mirrored(dsn, output, table)
-    except (AssertionError, OSError, AnalysisException):  # a table not written yet
-        return False
-    return True
