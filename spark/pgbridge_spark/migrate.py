@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from pgbridge_spark.consistent import CONTROL_DIR
 from pgbridge_spark.delta_tables import MissingDelta, convert_parquet, is_table, require_delta, table_uri
-from pgbridge_spark.mirror import CONTROL_DIR
 from pgbridge_spark.packages import MissingJars
 
 STATE_FILE: Final = "_pgbridge_state.json"

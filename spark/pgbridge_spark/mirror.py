@@ -34,6 +34,7 @@ import os
 import queue
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -44,13 +45,13 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from pgbridge_spark import delta_tables
 from pgbridge_spark.config import MirrorConfig, parse_args
+from pgbridge_spark.consistent import Pending, find_cut, keep_pending, read_pending, with_pending
 from pgbridge_spark.decode import (
     SchemaCatalog,
-    decode_boundaries,
     header_schema_id,
     python_change_frame,
     schema_id_of,
@@ -88,10 +89,7 @@ from pgbridge_spark.merge import (
 from pgbridge_spark.packages import MissingJars
 from pgbridge_spark.progress import (
     TableProgress,
-    TransactionEnd,
-    consistent_cut,
     new_changes_condition,
-    past_cut,
 )
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
 from pgbridge_spark.session import (
@@ -105,8 +103,6 @@ from pgbridge_spark.source import MissingKafkaSource, kafka_stream
 
 log = logging.getLogger("pgbridge_spark.mirror")
 
-CONTROL_DIR: Final = "_pgbridge"
-PENDING: Final = f"{CONTROL_DIR}/pending"
 _HEADER: Final = "CASE WHEN substring({c}, 1, 1) = X'00' THEN substring({c}, 1, 5) ELSE substring({c}, 1, 10) END"
 POSITION_FIELDS: Final = (StructField(UNREPRESENTABLE_COLUMN, UNREPRESENTABLE_MIRROR_TYPE, True),
                           StructField(COMMIT_LSN_COLUMN, LongType(), True),
@@ -150,23 +146,6 @@ class _TableWork:
     resets: Mapping[str, Position]
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """Consistent mode: what ``_pgbridge/pending`` recorded with the last completed micro-batch."""
-
-    cut: int = 0
-    done: bool = False  # this micro-batch completed before (a replay)
-    held: int | None = 0  # records it holds past the cut (None: unknown)
-    exists: bool = False
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
-
-
 class MirrorJob:
     """Build with a SparkSession and a ``MirrorConfig``; ``start()`` runs the streaming query.
 
@@ -188,6 +167,7 @@ class MirrorJob:
         # table micro-batches decoded per decoder ("jvm" / "python"): the Python decoder also takes
         # what from_avro cannot decode exactly, and this says how often that happened
         self.decoder_counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
 
     # -- the query -------------------------------------------------------------------------------
 
@@ -226,12 +206,10 @@ class MirrorJob:
         spark = batch.sparkSession
         started = time.monotonic()
         raw = batch.select("key", "value", "topic", "partition", "offset").where("value IS NOT NULL")
-        pending = _Pending()
+        pending = Pending()
         if self.config.consistent:
-            pending = self._pending(spark, batch_id)
-            if pending.held != 0:  # unknown (None) or some: read them with the batch
-                held = spark.read.format("delta").load(delta_tables.table_uri(self.config.output, PENDING))
-                raw = raw.unionByName(held).dropDuplicates(["topic", "partition", "offset"])
+            pending = read_pending(spark, self.config.output, self.config.app_id, batch_id)
+            raw = with_pending(spark, raw, self.config.output, pending)
         spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
         raw = raw.persist()
         try:
@@ -244,18 +222,7 @@ class MirrorJob:
         if self.on_batch is not None:
             self.on_batch(batch_id, result)
 
-    def _pending(self, spark: SparkSession, batch_id: int) -> _Pending:
-        """What ``_pgbridge/pending`` recorded with the last micro-batch that completed."""
-        path = delta_tables.table_uri(self.config.output, PENDING)
-        if not delta_tables.is_table(spark, path):
-            return _Pending()
-        found = delta_tables.last_progress(spark, path)
-        if found is None:
-            return _Pending(held=None, exists=True)
-        return _Pending(cut=found[0].cut or 0, done=found[0].applied(self.config.app_id, batch_id),
-                        held=found[0].pending, exists=True)
-
-    def _process(self, spark: SparkSession, raw: DataFrame, batch_id: int, pending: _Pending) -> BatchResult:
+    def _process(self, spark: SparkSession, raw: DataFrame, batch_id: int, pending: Pending) -> BatchResult:
         config = self.config
         headers = (raw.select("topic", "partition", "offset", F.expr(_HEADER.format(c="key")).alias("kh"),
                               F.expr(_HEADER.format(c="value")).alias("vh"))
@@ -273,40 +240,44 @@ class MirrorJob:
         self._texts = texts
         tables = [self._table_batch(spark, raw, topic, rows, texts) for topic, rows in sorted(by_topic.items())
                   if topic != config.transactions_topic]
-        cut, past = None, 0
-        boundaries: list[tuple[int, int, int]] = []
+        cut, found = None, None
         if config.consistent:
-            cut, boundaries, past = self._cut(raw, tables, texts, pending.cut)
+            found = find_cut(raw, [t.cached for t in tables], texts, config.transactions_topic,
+                             set(config.tables) or None, pending.cut)
+            cut = found.lsn
             for table in tables:
                 table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
         applied: dict[str, str] = {}
         count = 0
-        try:
-            work: list[_TableWork] = []
-            for i, table in enumerate(tables):
+        replaced: list[_TableBatch] = []  # tables decoded again into a newer writer schema
+
+        def prepare(table: _TableBatch) -> _TableWork:
+            stats = self._stats(table)
+            positions = self._schema_positions(stats)
+            newest = max(positions, key=lambda k: positions[k]) if positions else None
+            if newest is not None and newest != table.schema_id:
+                table.cached.unpersist()
+                table = self._table_batch(spark, raw, table.topic, by_topic[table.topic], texts, schema_id=newest)
+                replaced.append(table)
+                if cut is not None:
+                    table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
                 stats = self._stats(table)
-                positions = self._schema_positions(stats)
-                newest = max(positions, key=lambda k: positions[k]) if positions else None
-                if newest is not None and newest != table.schema_id:
-                    table.cached.unpersist()
-                    table = tables[i] = self._table_batch(spark, raw, table.topic, by_topic[table.topic], texts,
-                                                          schema_id=newest)
-                    if cut is not None:
-                        table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
-                    stats = self._stats(table)
-                work.append(_TableWork(table, stats, self._resets(table, positions)))
-            for table, n in self._apply_tables(spark, work, batch_id, cut):
+            return _TableWork(table, stats, self._resets(table, positions))
+
+        try:
+            done = self._apply_tables(spark, tables, prepare, batch_id, cut)
+            for table, n in done:
                 if n:
                     applied[table.name] = table.path
                     count += n
-            if config.consistent and not pending.done:
-                assert cut is not None
-                self._keep_pending(spark, raw, tables, (cut, past), pending, boundaries, batch_id)
+            if found is not None and not pending.done:
+                keep_pending(spark, raw, [table.cached for table, _ in done], found, pending, output=config.output,
+                             app_id=config.app_id, batch_id=batch_id, transactions_topic=config.transactions_topic)
         except Exception:
             self._progress.clear()  # what was committed is read back from the tables
             raise
         finally:
-            for table in tables:
+            for table in [*tables, *replaced]:
                 table.cached.unpersist()
         self._upkeep(spark, applied, batch_id)
         return BatchResult(batch_id, cut, applied, count)
@@ -362,14 +333,18 @@ class MirrorJob:
             try:
                 decoded = jvm_change_frame(records, texts=texts, value_headers=value_headers, schema_id=schema_id,
                                            key_headers=key_headers, key_id=key_id, out_type=out_type)
-                self.decoder_counts["jvm"] += 1
+                self._count_decoder("jvm")
                 return decoded
             except JvmDecodeUnavailable as exc:
                 log.info("Python decoder for this micro-batch: %s", exc)
-        self.decoder_counts["python"] += 1
+        self._count_decoder("python")
         timezone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         return python_change_frame(records, texts=texts, row_type=row_type, key_type=key_type, out_type=out_type,
                                    timezone=timezone)
+
+    def _count_decoder(self, decoder: str) -> None:
+        with self._counts_lock:  # tables decoded again in a newer schema count from their workers
+            self.decoder_counts[decoder] += 1
 
     @staticmethod
     def _stats(table: _TableBatch) -> list[Any]:
@@ -409,77 +384,32 @@ class MirrorJob:
                     resets[f.name] = position
         return resets
 
-    def _cut(self, raw: DataFrame, tables: list[_TableBatch], texts: Mapping[str, str],
-             cut_before: int) -> tuple[int, list[tuple[int, int, int]], int]:
-        """The new cut, ``(partition, offset, commit_lsn)`` of every boundary record read, and how
-        many records wait past the cut (``progress.past_cut``)."""
-        records = (raw.where(F.col("topic") == self.config.transactions_topic)
-                   .select("partition", "offset", "value").collect())
-        decoded = list(decode_boundaries(texts, [r["value"] for r in records]))
-        ends = [TransactionEnd(b["commit_lsn"], {c["data_collection"]: c["event_count"]
-                                                 for c in b["data_collections"] or []})
-                for b in decoded if b["status"] == "END"]
-        counts: dict[tuple[int, str], int] = {}
-        if tables:
-            per_table = [t.cached.where("transaction IS NOT NULL").select("commit_lsn", "source.schema", "source.table")
-                         for t in tables]
-            for row in _union(per_table).groupBy("commit_lsn", "schema", "table").count().collect():
-                counts[(row["commit_lsn"], f"{row['schema']}.{row['table']}")] = row["count"]
-        mirrored = set(self.config.tables) or None
-        cut = consistent_cut(cut_before, ends, counts, mirrored)
-        return (cut, [(r["partition"], r["offset"], b["commit_lsn"]) for r, b in zip(records, decoded, strict=True)],
-                past_cut(cut, counts, (b["commit_lsn"] for b in decoded)))
-
-    def _keep_pending(self, spark: SparkSession, raw: DataFrame, tables: list[_TableBatch],
-                      cuts: tuple[int, int], before: _Pending, boundaries: list[tuple[int, int, int]],
-                      batch_id: int) -> None:
-        """Records past the cut wait in the Delta table ``_pgbridge/pending`` (raw, so a later
-        schema still applies); its commit records the cut, which is where ``read_consistent`` looks.
-        ``cuts``: the cut and the records past it. With none past it and none held before, the
-        commit changes no data (the common case: a batch that ends between transactions)."""
-        cut, past = cuts
-        path = delta_tables.table_uri(self.config.output, PENDING)
-        progress = TableProgress(app=self.config.app_id, batch=batch_id, cut=cut, pending=past)
-        if past == 0 and before.held == 0 and before.exists:
-            delta_tables.mark(spark, path, self.config.app_id, batch_id, progress.to_metadata(),
-                              {"pgbridge.cut": str(cut)})
-            return
-        coordinates = StructType([StructField("topic", raw.schema["topic"].dataType, False),
-                                  StructField("partition", IntegerType(), False),
-                                  StructField("offset", LongType(), False)])
-        keep = [t.cached.where(f"transaction IS NOT NULL AND commit_lsn > {cut}").select("topic", "partition", "offset")
-                for t in tables]
-        keep.append(spark.createDataFrame(
-            [(self.config.transactions_topic, p, o) for p, o, lsn in boundaries if lsn > cut], coordinates))
-        kept = raw.join(_union(keep), ["topic", "partition", "offset"], "left_semi")
-        delta_tables.append(kept.select("key", "value", "topic", "partition", "offset"), path, self.config.app_id,
-                            batch_id, progress.to_metadata(), mode="overwrite")
-
-    def _apply_tables(self, spark: SparkSession, work: Sequence[_TableWork], batch_id: int,
+    def _apply_tables(self, spark: SparkSession, tables: Sequence[_TableBatch],
+                      prepare: Callable[[_TableBatch], _TableWork], batch_id: int,
                       cut: int | None) -> list[tuple[_TableBatch, int]]:
-        """Each table's commit of the micro-batch and the changes it applied. Up to
-        ``session.table_workers`` tables at once, each through a session of its own (its commit
-        options are session settings); every commit has ended, committed or failed, before the
-        first failure is raised, so none is still running when the batch is given up. Tables are
-        independent commits either way: a crash between them leaves some committed, which the
-        replayed batch skips (``TableProgress.applied``)."""
-        workers = table_workers(self.config.parallel_tables, len(work))
-        if workers == 1:
-            return [(w.table, self._apply(spark, w, batch_id, cut)) for w in work]
+        """Each table prepared (``prepare``: its statistics, which decode it) and committed, with the
+        changes it applied. Up to ``session.table_workers`` tables at once, each committing through a
+        session of its own (commit options are session settings); all have ended before the first
+        failure is raised. A crash between tables' commits leaves some committed, which the replayed
+        batch skips (``TableProgress.applied``)."""
+        workers = table_workers(self.config.parallel_tables, len(tables))
         sessions: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()
         for _ in range(workers):
-            sessions.put(sibling_session(spark))
+            sessions.put(spark if workers == 1 else sibling_session(spark))
 
-        def apply(item: _TableWork) -> int:
+        def apply(table: _TableBatch) -> tuple[_TableBatch, int]:
+            work = prepare(table)
             session = sessions.get()
             try:
-                return self._apply(session, item, batch_id, cut)
+                return work.table, self._apply(session, work, batch_id, cut)
             finally:
                 sessions.put(session)
 
+        if workers == 1:
+            return [apply(table) for table in tables]
         with ThreadPoolExecutor(workers, thread_name_prefix="pgbridge-table") as pool:
-            futures = [pool.submit(apply, item) for item in work]
-        return [(item.table, future.result()) for item, future in zip(work, futures, strict=True)]
+            futures = [pool.submit(apply, table) for table in tables]
+        return [future.result() for future in futures]
 
     def _apply(self, spark: SparkSession, work: _TableWork, batch_id: int, cut: int | None) -> int:
         table, stats, resets = work.table, work.stats, work.resets

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 
 from pgbridge_spark import delta_tables
-from pgbridge_spark.mirror import PENDING
+from pgbridge_spark.consistent import PENDING
 
 
 class NoConsistentCut(RuntimeError):

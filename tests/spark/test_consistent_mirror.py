@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from pgbridge_spark.config import MirrorConfig
-from pgbridge_spark.mirror import PENDING, BatchResult, MirrorJob
+from pgbridge_spark.consistent import PENDING
+from pgbridge_spark.mirror import BatchResult, MirrorJob
 from pgbridge_spark.progress import TableProgress
 from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
