@@ -34,7 +34,6 @@ import os
 import queue
 import re
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -167,7 +166,6 @@ class MirrorJob:
         # table micro-batches decoded per decoder ("jvm" / "python"): the Python decoder also takes
         # what from_avro cannot decode exactly, and this says how often that happened
         self.decoder_counts: Counter[str] = Counter()
-        self._counts_lock = threading.Lock()
 
     # -- the query -------------------------------------------------------------------------------
 
@@ -265,7 +263,9 @@ class MirrorJob:
             return _TableWork(table, stats, self._resets(table, positions))
 
         try:
-            done = self._apply_tables(spark, tables, prepare, batch_id, cut)
+            # one table after the other: a table's statistics job also decodes it, and measured on
+            # 2 cores, tables' decodes at once were slower than in turn (their MERGEs are not)
+            done = self._apply_tables(spark, [prepare(table) for table in tables], batch_id, cut)
             for table, n in done:
                 if n:
                     applied[table.name] = table.path
@@ -333,18 +333,14 @@ class MirrorJob:
             try:
                 decoded = jvm_change_frame(records, texts=texts, value_headers=value_headers, schema_id=schema_id,
                                            key_headers=key_headers, key_id=key_id, out_type=out_type)
-                self._count_decoder("jvm")
+                self.decoder_counts["jvm"] += 1
                 return decoded
             except JvmDecodeUnavailable as exc:
                 log.info("Python decoder for this micro-batch: %s", exc)
-        self._count_decoder("python")
+        self.decoder_counts["python"] += 1
         timezone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
         return python_change_frame(records, texts=texts, row_type=row_type, key_type=key_type, out_type=out_type,
                                    timezone=timezone)
-
-    def _count_decoder(self, decoder: str) -> None:
-        with self._counts_lock:  # tables decoded again in a newer schema count from their workers
-            self.decoder_counts[decoder] += 1
 
     @staticmethod
     def _stats(table: _TableBatch) -> list[Any]:
@@ -384,32 +380,31 @@ class MirrorJob:
                     resets[f.name] = position
         return resets
 
-    def _apply_tables(self, spark: SparkSession, tables: Sequence[_TableBatch],
-                      prepare: Callable[[_TableBatch], _TableWork], batch_id: int,
+    def _apply_tables(self, spark: SparkSession, work: Sequence[_TableWork], batch_id: int,
                       cut: int | None) -> list[tuple[_TableBatch, int]]:
-        """Each table prepared (``prepare``: its statistics, which decode it) and committed, with the
-        changes it applied. Up to ``session.table_workers`` tables at once, each committing through a
-        session of its own (commit options are session settings); all have ended before the first
-        failure is raised. A crash between tables' commits leaves some committed, which the replayed
-        batch skips (``TableProgress.applied``)."""
-        workers = table_workers(self.config.parallel_tables, len(tables))
+        """Each table's commit of the micro-batch and the changes it applied. Up to
+        ``session.table_workers`` tables at once, each through a session of its own (its commit
+        options are session settings); every commit has ended, committed or failed, before the
+        first failure is raised, so none is still running when the batch is given up. Tables are
+        independent commits either way: a crash between them leaves some committed, which the
+        replayed batch skips (``TableProgress.applied``)."""
+        workers = table_workers(self.config.parallel_tables, len(work))
+        if workers == 1:
+            return [(w.table, self._apply(spark, w, batch_id, cut)) for w in work]
         sessions: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()
         for _ in range(workers):
-            sessions.put(spark if workers == 1 else sibling_session(spark))
+            sessions.put(sibling_session(spark))
 
-        def apply(table: _TableBatch) -> tuple[_TableBatch, int]:
-            work = prepare(table)
+        def apply(item: _TableWork) -> int:
             session = sessions.get()
             try:
-                return work.table, self._apply(session, work, batch_id, cut)
+                return self._apply(session, item, batch_id, cut)
             finally:
                 sessions.put(session)
 
-        if workers == 1:
-            return [apply(table) for table in tables]
         with ThreadPoolExecutor(workers, thread_name_prefix="pgbridge-table") as pool:
-            futures = [pool.submit(apply, table) for table in tables]
-        return [future.result() for future in futures]
+            futures = [pool.submit(apply, item) for item in work]
+        return [(item.table, future.result()) for item, future in zip(work, futures, strict=True)]
 
     def _apply(self, spark: SparkSession, work: _TableWork, batch_id: int, cut: int | None) -> int:
         table, stats, resets = work.table, work.stats, work.resets
