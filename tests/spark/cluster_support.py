@@ -66,15 +66,24 @@ def delta_versions(store: Store, table: str) -> list[str]:
     return [name for name in store.names(f"{table}/_delta_log") if name.endswith(".json")]
 
 
-def delta_transactions(store: Store, table: str) -> list[tuple[str, int]]:
+def delta_transactions(store: Store, table: str,
+                       read_before: dict[str, list[tuple[str, int]]] | None = None) -> list[tuple[str, int]]:
     """Every ``txn`` action (app id, version) in a Delta table's log, one per commit that had one:
-    a micro-batch committed twice to the same table shows here twice."""
+    a micro-batch committed twice to the same table shows here twice. ``read_before`` keeps each
+    commit file's actions between calls (a commit file is written once, whole), so that a caller
+    polling the log reads only the new ones from the storage's servers, which share the machine
+    with the job under test."""
     found = []
     for name in delta_versions(store, table):
-        for line in store.read(f"{table}/_delta_log/{name}").decode().splitlines():
-            action = json.loads(line)
-            if "txn" in action:
-                found.append((str(action["txn"]["appId"]), int(action["txn"]["version"])))
+        path = f"{table}/_delta_log/{name}"
+        if read_before is not None and path in read_before:
+            found.extend(read_before[path])
+            continue
+        actions = [(str(action["txn"]["appId"]), int(action["txn"]["version"]))
+                   for action in map(json.loads, store.read(path).decode().splitlines()) if "txn" in action]
+        if read_before is not None:
+            read_before[path] = actions
+        found.extend(actions)
     return found
 
 

@@ -100,12 +100,13 @@ def kill_mid_batch(job: Submission, store: Store) -> tuple[int, str]:
     """SIGKILL the driver once a micro-batch is in flight and one table's Delta log already holds that
     batch's commit: (the batch, that table)."""
     deadline = time.monotonic() + JOB_TIMEOUT_S
+    read_before: dict[str, list[tuple[str, int]]] = {}
     while time.monotonic() < deadline:
         assert job.running(), f"the job ended before a micro-batch could be interrupted:\n{job.log()[-4000:]}"
         batch = batch_in_flight(store)
         committed = [] if batch is None else [
             table for table in TABLES
-            if any(version == batch for _, version in delta_transactions(store, f"mirror/{table}"))]
+            if any(version == batch for _, version in delta_transactions(store, f"mirror/{table}", read_before))]
         if batch is not None and committed:
             job.kill()
             return batch, committed[0]
