@@ -210,7 +210,8 @@ def mark(spark: SparkSession, path: str, app_id: str, version: int, metadata: st
          properties: Mapping[str, str]) -> None:
     """A commit that changes no data (``SET TBLPROPERTIES``) carrying ``metadata``: a tenth of a
     second, where even a write of nothing costs a second of Spark jobs (planning, an empty write,
-    the post-commit state)."""
+    the post-commit state). Delta records no ``txn`` action for it (the transaction options apply
+    to writes), so whether the job made it already is read from ``metadata`` (``last_progress``)."""
     settings = ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in sorted(properties.items()))
     with commit_options(spark, app_id, version, metadata):
         spark.sql(f"ALTER TABLE {_sql_path(path)} SET TBLPROPERTIES ({settings})")

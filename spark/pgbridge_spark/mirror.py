@@ -86,10 +86,7 @@ from pgbridge_spark.merge import (
     with_key_range,
 )
 from pgbridge_spark.packages import MissingJars
-from pgbridge_spark.progress import (
-    TableProgress,
-    new_changes_condition,
-)
+from pgbridge_spark.progress import TableProgress, new_changes_condition
 from pgbridge_spark.schemas import EnvelopeSchema, change_type, record_to_struct, resolve_named
 from pgbridge_spark.session import (
     apply_job_defaults,
@@ -238,46 +235,43 @@ class MirrorJob:
         self._texts = texts
         tables = [self._table_batch(spark, raw, topic, rows, texts) for topic, rows in sorted(by_topic.items())
                   if topic != config.transactions_topic]
-        cut, found = None, None
+        found = None
         if config.consistent:
             found = find_cut(raw, [t.cached for t in tables], texts, config.transactions_topic,
                              set(config.tables) or None, pending.cut)
-            cut = found.lsn
             for table in tables:
-                table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
+                table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {found.lsn}")
+        cut = found.lsn if found is not None else None
         applied: dict[str, str] = {}
         count = 0
-        replaced: list[_TableBatch] = []  # tables decoded again into a newer writer schema
-
-        def prepare(table: _TableBatch) -> _TableWork:
-            stats = self._stats(table)
-            positions = self._schema_positions(stats)
-            newest = max(positions, key=lambda k: positions[k]) if positions else None
-            if newest is not None and newest != table.schema_id:
-                table.cached.unpersist()
-                table = self._table_batch(spark, raw, table.topic, by_topic[table.topic], texts, schema_id=newest)
-                replaced.append(table)
-                if cut is not None:
-                    table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
-                stats = self._stats(table)
-            return _TableWork(table, stats, self._resets(table, positions))
-
         try:
             # one table after the other: a table's statistics job also decodes it, and measured on
             # 2 cores, tables' decodes at once were slower than in turn (their MERGEs are not)
-            done = self._apply_tables(spark, [prepare(table) for table in tables], batch_id, cut)
-            for table, n in done:
+            work: list[_TableWork] = []
+            for i, table in enumerate(tables):
+                stats = self._stats(table)
+                positions = self._schema_positions(stats)
+                newest = max(positions, key=lambda k: positions[k]) if positions else None
+                if newest is not None and newest != table.schema_id:
+                    table.cached.unpersist()
+                    table = tables[i] = self._table_batch(spark, raw, table.topic, by_topic[table.topic], texts,
+                                                          schema_id=newest)
+                    if cut is not None:
+                        table.changes = table.changes.where(f"transaction IS NULL OR commit_lsn <= {cut}")
+                    stats = self._stats(table)
+                work.append(_TableWork(table, stats, self._resets(table, positions)))
+            for table, n in self._apply_tables(spark, work, batch_id, cut):
                 if n:
                     applied[table.name] = table.path
                     count += n
             if found is not None and not pending.done:
-                keep_pending(spark, raw, [table.cached for table, _ in done], found, pending, output=config.output,
+                keep_pending(spark, raw, [table.cached for table in tables], found, pending, output=config.output,
                              app_id=config.app_id, batch_id=batch_id, transactions_topic=config.transactions_topic)
         except Exception:
             self._progress.clear()  # what was committed is read back from the tables
             raise
         finally:
-            for table in [*tables, *replaced]:
+            for table in tables:
                 table.cached.unpersist()
         self._upkeep(spark, applied, batch_id)
         return BatchResult(batch_id, cut, applied, count)
