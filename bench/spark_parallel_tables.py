@@ -3,7 +3,7 @@ the other against all at once (each through a sibling session, as ``MirrorJob`` 
 
 Each of ``--tables`` Delta tables (deletion vectors on, as the job creates them) holds ``--rows``
 rows; a round MERGEs ``--changes`` spread updates into every table with the job's commit options
-(``delta_tables.commit_options``: txnAppId, txnVersion, userMetadata) through the job's own
+(``delta_tables.merge``'s commit options: txnAppId, txnVersion, userMetadata) through the job's own
 ``delta_tables.merge``, first sequentially through
 the one session, then concurrently, one thread and sibling session (``session.sibling_session``)
 per table. The session is ``session.build_session``'s (local[2], nothing tuned) and warmed by
@@ -60,9 +60,9 @@ def main() -> int:
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from pyspark.sql import functions as F
 
     from pgbridge_spark import delta_tables
+    from pgbridge_spark.formats import Commit
     from pgbridge_spark.merge import MergePlan
     from pgbridge_spark.session import apply_job_defaults, build_session, sibling_session
 
@@ -78,14 +78,13 @@ def main() -> int:
     step = max(1, args.rows // args.changes)
     version = iter(range(1, 1_000_000))
 
-    upsert = MergePlan(condition="t.id = s.id", delete_when=None, update_when="true", update={"v": F.col("s.v")},
-                       insert_when="true", insert={"id": F.col("s.id"), "v": F.col("s.v")}, truncate_before=None)
+    upsert = MergePlan(condition="t.id = s.id", delete_when=None, update_when="true", update={"v": "s.v"},
+                       insert_when="true", insert={"id": "s.id", "v": "s.v"}, truncate_before=None)
 
     def merge(session: Any, i: int) -> None:
         n = next(version)
         source = session.range(args.changes).selectExpr(f"(id * {step} + {n}) % {args.rows} AS id", f"'round {n}' AS v")
-        with delta_tables.commit_options(session, f"bench-{i}", n, f'{{"table": {i}}}'):
-            delta_tables.merge(session, paths[i], source, upsert)  # the job's own MERGE call
+        delta_tables.merge(session, paths[i], source, upsert, Commit(f"bench-{i}", n, f'{{"table": {i}}}'))  # the job's
 
     siblings = [sibling_session(spark) for _ in paths]
 

@@ -15,6 +15,7 @@ from typing import Final
 from pgbridge_spark.kafka import topic_name
 
 MODES: Final = ("mirror", "changelog")
+TABLE_FORMATS: Final = ("delta", "iceberg")  # formats.table_format
 DECODERS: Final = ("jvm", "python")
 DEFAULT_DECODER: Final = "jvm"
 
@@ -42,12 +43,15 @@ class MirrorConfig:
     # tables whose commits of one micro-batch run at once (each in a Spark session of its own);
     # None: as many as the driver has CPUs (session.table_workers)
     parallel_tables: int | None = None
+    table_format: str = "delta"  # delta | iceberg (formats.table_format)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
         if self.decoder not in DECODERS:
             raise ValueError(f"decoder must be {' or '.join(DECODERS)}, not {self.decoder!r}")
+        if self.table_format not in TABLE_FORMATS:
+            raise ValueError(f"table format must be {' or '.join(TABLE_FORMATS)}, not {self.table_format!r}")
         if self.history and self.mode != "mirror":
             raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
         if self.parallel_tables is not None and self.parallel_tables < 1:
@@ -68,11 +72,15 @@ class MirrorConfig:
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="python -m pgbridge_spark.mirror",
-                                     description="Mirror pgbridge table topics into Delta Lake tables with Spark.")
+                                     description="Mirror pgbridge table topics into Delta Lake (or Apache Iceberg) "
+                                                 "tables with Spark.")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--prefix", default="pgbridge", help="pgbridge kafka.topic_prefix")
     parser.add_argument("--output", required=True,
-                        help="root of the Delta tables, one per table (hdfs://, s3a://, file:/ URI or a path)")
+                        help="root of the tables, one per table (hdfs://, s3a://, file:/ URI or a path)")
+    parser.add_argument("--table-format", choices=TABLE_FORMATS, default="delta",
+                        help="delta (default) or iceberg: path-based Iceberg tables under --output (needs "
+                             "iceberg-spark-runtime on Spark's class path; added with python -m)")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint location (URI or path)")
     parser.add_argument("--mode", choices=MODES, default="mirror")
     parser.add_argument("--consistent", action="store_true",
@@ -80,7 +88,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--source", choices=("auto", "kafka"), default="kafka",
                         help="kept for existing command lines: Spark's kafka source is the only source")
     parser.add_argument("--no-packages", action="store_true",
-                        help="with python -m: do not add the pinned jars (spark-sql-kafka, spark-avro, delta-spark) "
+                        help="with python -m: do not add the pinned jars (spark-sql-kafka, spark-avro, delta-spark, "
+                             "iceberg-spark-runtime with --table-format iceberg) "
                              "to Spark, they are on its class path already")
     parser.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
                         help="jvm: spark-avro's from_avro (needs spark-avro); python: fastavro on the executors")
@@ -119,5 +128,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                           max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
                           kafka_options=options, exactly_once=args.exactly_once, history=args.history,
                           compact_every=args.compact_every,
-                          retention_hours=args.retention_hours, parallel_tables=args.parallel_tables)
+                          retention_hours=args.retention_hours, parallel_tables=args.parallel_tables,
+                          table_format=args.table_format)
     return config, args

@@ -1,5 +1,6 @@
 """The reads and writes of consistent mode (``--consistent``): the cut a micro-batch reaches, and
-the Delta table ``{output}/_pgbridge/pending`` where the records past it wait for a later batch.
+the Delta table ``{output}/_pgbridge/pending`` where the records past it wait for a later batch
+(a Delta table whatever ``--table-format`` the mirror's tables have: it is the job's own state).
 The rule itself (which transactions are complete) is pure: ``progress.consistent_cut``.
 
 The pending table's commit is the last of a micro-batch: its ``userMetadata`` records the cut
@@ -20,6 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from pgbridge_spark import delta_tables
 from pgbridge_spark.decode import decode_boundaries
+from pgbridge_spark.formats import Commit, table_uri
 from pgbridge_spark.progress import TableProgress, TransactionEnd, consistent_cut, past_cut
 
 CONTROL_DIR: Final = "_pgbridge"
@@ -52,7 +54,7 @@ def union(frames: Sequence[DataFrame]) -> DataFrame:
 
 
 def read_pending(spark: SparkSession, output: str, app_id: str, batch_id: int) -> Pending:
-    path = delta_tables.table_uri(output, PENDING)
+    path = table_uri(output, PENDING)
     if not delta_tables.is_table(spark, path):
         return Pending()
     found = delta_tables.last_progress(spark, path)
@@ -66,7 +68,7 @@ def with_pending(spark: SparkSession, raw: DataFrame, output: str, pending: Pend
     """The micro-batch's records and those waiting in the pending table (unless it holds none)."""
     if pending.held == 0:
         return raw
-    held = spark.read.format("delta").load(delta_tables.table_uri(output, PENDING))
+    held = delta_tables.read(spark, table_uri(output, PENDING))
     return raw.unionByName(held).dropDuplicates(COORDINATES)
 
 
@@ -94,7 +96,7 @@ def keep_pending(spark: SparkSession, raw: DataFrame, changes: Sequence[DataFram
                  output: str, app_id: str, batch_id: int, transactions_topic: str) -> None:
     """The pending table's commit of the micro-batch: the records past the cut (raw, so a later
     schema still applies), or, with none past it and none held before, a commit without data."""
-    path = delta_tables.table_uri(output, PENDING)
+    path = table_uri(output, PENDING)
     progress = TableProgress(app=app_id, batch=batch_id, cut=cut.lsn, pending=cut.past)
     if cut.past == 0 and before.held == 0 and before.exists:
         delta_tables.mark(spark, path, app_id, batch_id, progress.to_metadata(), {"pgbridge.cut": str(cut.lsn)})
@@ -106,5 +108,5 @@ def keep_pending(spark: SparkSession, raw: DataFrame, changes: Sequence[DataFram
     keep.append(spark.createDataFrame(
         [(transactions_topic, p, o) for p, o, lsn in cut.boundaries if lsn > cut.lsn], coordinates))
     kept = raw.join(union(keep), COORDINATES, "left_semi")
-    delta_tables.append(kept.select("key", "value", *COORDINATES), path, app_id, batch_id, progress.to_metadata(),
-                        mode="overwrite")
+    delta_tables.append(kept.select("key", "value", *COORDINATES), path, Commit(app_id, batch_id, progress.to_metadata()),
+                        overwrite=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -29,7 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from pgbridge_spark.evolution import SchemaPlan, mirrored_columns
+from pgbridge_spark.evolution import SchemaPlan, apply_schema_plan
+from pgbridge_spark.formats import Commit
 from pgbridge_spark.merge import MergePlan, quoted, sql_string
 from pgbridge_spark.packages import ARTIFACTS, DELTA_SESSION_CONF, DELTA_VERSION, missing_message
 from pgbridge_spark.progress import TableProgress
@@ -55,7 +56,7 @@ class MissingDelta(RuntimeError):
     """Delta Lake is not in the Spark session (jar or SQL extension missing)."""
 
 
-def require_delta(spark: SparkSession) -> None:
+def require(spark: SparkSession) -> None:
     """One line naming the fix when delta-spark's jar or its session settings are missing."""
     if not loadable(spark, DELTA_CLASS):
         delta = [a for a in ARTIFACTS if a.group == "io.delta"]
@@ -64,10 +65,6 @@ def require_delta(spark: SparkSession) -> None:
     if DELTA_SESSION_CONF["spark.sql.extensions"] not in extensions:
         settings = " ".join(f"--conf {k}={v}" for k, v in DELTA_SESSION_CONF.items())
         raise MissingDelta(f"Delta Lake's SQL extension is not enabled in this Spark session: start it with {settings}")
-
-
-def table_uri(output: str, name: str) -> str:
-    return f"{output.rstrip('/')}/{name}"
 
 
 def _sql_path(path: str, table_format: str = "delta") -> str:
@@ -137,73 +134,56 @@ def stored_schema(spark: SparkSession, path: str) -> StructType:
     return DeltaTable.forPath(spark, path).toDF().schema
 
 
-def _ddl(spark: SparkSession, data_type: DataType) -> str:
-    """``data_type`` as Spark SQL (names quoted), from the JVM's own printer."""
-    jvm = spark._jvm
-    assert jvm is not None
-    return str(jvm.org.apache.spark.sql.types.DataType.fromJson(data_type.json()).sql())
-
-
 def evolve(spark: SparkSession, path: str, plan: SchemaPlan, stored: StructType) -> None:
-    """Apply ``plan`` (``evolution.plan_schema``) to the table: metadata-only commits, except a
-    retype Delta cannot widen in place, which rewrites the column with ``try_cast``."""
-    table = _sql_path(path)
-    for old, new in plan.renames:
-        log.info("%s: column %s renamed to %s", path, old, new)
-        spark.sql(f"ALTER TABLE {table} RENAME COLUMN {quoted(old)} TO {quoted(new)}")
-    if plan.drops:
-        log.info("%s: columns dropped: %s", path, ", ".join(plan.drops))
-        spark.sql(f"ALTER TABLE {table} DROP COLUMNS ({', '.join(quoted(c) for c in plan.drops)})")
-    if plan.adds:
-        mirrored = [f.name for f in mirrored_columns(stored_schema(spark, path))]
-        after = mirrored[-1] if mirrored else None
-        for field in plan.adds:
-            position = f" AFTER {quoted(after)}" if after else " FIRST"
-            spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({quoted(field.name)} {_ddl(spark, field.dataType)}{position})")
-            after = field.name
-        log.info("%s: columns added: %s", path, ", ".join(f.name for f in plan.adds))
-    for name, data_type in plan.retypes:
-        try:
-            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quoted(name)} TYPE {_ddl(spark, data_type)}")
-            log.info("%s: column %s widened to %s", path, name, data_type.simpleString())
-        except Exception as exc:  # Delta refuses: not a widening it supports
-            log.info("%s: column %s rewritten as %s (%s)", path, name, data_type.simpleString(),
-                     str(exc).splitlines()[0][:200])
-            current = spark.read.format("delta").load(path)
-            columns = [F.col(quoted(c)).try_cast(data_type).alias(c) if c == name else F.col(quoted(c))
-                       for c in current.columns]
-            (current.select(*columns).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-             .save(path))
+    """Apply ``plan`` (``evolution.plan_schema``): metadata-only commits, except a retype Delta
+    cannot widen in place, which rewrites the table with the column ``try_cast``."""
+    def rewrite(name: str, data_type: DataType) -> None:
+        current = spark.read.format("delta").load(path)
+        columns = [F.col(quoted(c)).try_cast(data_type).alias(c) if c == name else F.col(quoted(c))
+                   for c in current.columns]
+        current.select(*columns).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+
+    apply_schema_plan(spark, _sql_path(path), plan, stored, rewrite)
 
 
-def merge(spark: SparkSession, path: str, source: DataFrame, plan: MergePlan) -> None:
-    """One ``MERGE`` of ``source`` (alias ``s``) into the table (alias ``t``)."""
+def merge(spark: SparkSession, path: str, source: DataFrame, plan: MergePlan, commit: Commit) -> None:
+    """One ``MERGE`` of ``source`` (alias ``s``) into the table (alias ``t``), one idempotent commit
+    carrying ``commit``."""
+    with commit_options(spark, commit.app_id, commit.version, commit.metadata):
+        _merge(spark, path, source, plan)
+
+
+def _merge(spark: SparkSession, path: str, source: DataFrame, plan: MergePlan) -> None:
     builder = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), plan.condition)
     if plan.delete_when is not None:
         builder = builder.whenMatchedDelete(plan.delete_when)
     if plan.update_when is not None:
         builder = builder.whenMatchedUpdate(plan.update_when, set=dict(plan.update))
     builder = builder.whenNotMatchedInsert(plan.insert_when, values=dict(plan.insert))
-    if plan.truncate_before is not None:
-        lsn, order = plan.truncate_before
-        t_lsn, t_order = "t._pgbridge_commit_lsn", "t._pgbridge_total_order"
-        before = f"({t_lsn} < {lsn} OR ({t_lsn} = {lsn} AND {t_order} < {order}))"
+    if plan.truncate_when is not None:
         if plan.truncate_update is None:
-            builder = builder.whenNotMatchedBySourceDelete(before)
+            builder = builder.whenNotMatchedBySourceDelete(plan.truncate_when)
         else:
-            builder = builder.whenNotMatchedBySourceUpdate(f"t._pgbridge_current AND {before}",
-                                                           set=dict(plan.truncate_update))
+            builder = builder.whenNotMatchedBySourceUpdate(plan.truncate_when, set=dict(plan.truncate_update))
     builder.execute()
 
 
-def append(frame: DataFrame, path: str, app_id: str, version: int, metadata: str, *,
-           mode: str = "append", options: Mapping[str, str] | None = None) -> None:
-    """One idempotent write (``txnAppId``/``txnVersion``) carrying ``metadata``."""
-    writer = (frame.write.format("delta").mode(mode).option("txnAppId", app_id).option("txnVersion", str(version))
-              .option("userMetadata", metadata))
-    for key, value in (options or {}).items():
-        writer = writer.option(key, value)
+def append(frame: DataFrame, path: str, commit: Commit, *, merge_schema: bool = False,
+           overwrite: bool = False) -> None:
+    """One idempotent write (``txnAppId``/``txnVersion``) carrying ``commit.metadata``; with
+    ``merge_schema`` new columns of ``frame`` are added to the table."""
+    writer = (frame.write.format("delta").mode("overwrite" if overwrite else "append")
+              .option("txnAppId", commit.app_id).option("txnVersion", str(commit.version))
+              .option("userMetadata", commit.metadata))
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     writer.save(path)
+
+
+def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The table, or its state at ``version`` (time travel)."""
+    reader = spark.read.format("delta")
+    return (reader if version is None else reader.option("versionAsOf", version)).load(path)
 
 
 def mark(spark: SparkSession, path: str, app_id: str, version: int, metadata: str,
@@ -229,7 +209,7 @@ def file_count(spark: SparkSession, path: str) -> int | None:
 
 
 def has_rows(spark: SparkSession, path: str) -> bool:
-    return bool(spark.read.format("delta").load(path).limit(1).count())
+    return bool(read(spark, path).limit(1).count())
 
 
 def compact(spark: SparkSession, path: str, metadata: str) -> None:
@@ -249,19 +229,13 @@ def vacuum(spark: SparkSession, path: str, retention_hours: float) -> None:
 
 
 def versions_with_cut(spark: SparkSession, path: str) -> list[tuple[int, int]]:
-    """``(version, cut)`` of every commit of the table that records a consistent cut."""
+    """``(version, cut)`` of every commit of the table that records a consistent cut, oldest first."""
     out = []
     for row in DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect():
         progress = _progress(row["userMetadata"])
         if progress is not None and progress.cut is not None:
             out.append((int(row["version"]), progress.cut))
     return sorted(out)
-
-
-def version_at_cut(commits: Sequence[tuple[int, int]], cut: int) -> int | None:
-    """The newest version whose recorded cut is at or below ``cut`` (``None``: none is)."""
-    eligible = [version for version, at in commits if at <= cut]
-    return max(eligible) if eligible else None
 
 
 def _metadata(value: Mapping[str, Any]) -> str:

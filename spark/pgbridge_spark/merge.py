@@ -142,36 +142,73 @@ def reduce_keyed(changes: DataFrame, row_type: StructType, key_fields: Sequence[
     return entries.withColumn("_pgbridge_n", F.row_number().over(latest)).where("_pgbridge_n = 1").drop("_pgbridge_n")
 
 
-def _collapse_texts(row_type: StructType, text: Sequence[Column]) -> Column:
-    """Per-column texts back into ``_pgbridge_unrepresentable`` (null when no column needs one)."""
+_MAP_SQL: Final = "MAP<STRING, STRING>"
+
+
+def _collapse_texts(row_type: StructType, texts: Sequence[str]) -> str:
+    """Per-column texts (SQL expressions) back into ``_pgbridge_unrepresentable``, as SQL (null
+    when no column needs one)."""
     if not row_type.fields:
-        return F.lit(None).cast(UNREPRESENTABLE_MIRROR_TYPE)
-    entries = F.array(*[F.struct(F.lit(f.name).alias("key"), t.alias("value"))
-                        for f, t in zip(row_type.fields, text, strict=True)])
-    texts = F.map_from_entries(F.filter(entries, lambda e: e.getField("value").isNotNull()))
-    return F.when(F.size(texts) > 0, texts).cast(UNREPRESENTABLE_MIRROR_TYPE)
+        return f"CAST(NULL AS {_MAP_SQL})"
+    entries = ", ".join(f"named_struct('key', {sql_string(f.name)}, 'value', {t})"
+                        for f, t in zip(row_type.fields, texts, strict=True))
+    found = f"map_from_entries(filter(array({entries}), e -> e.value IS NOT NULL))"
+    return f"CAST(CASE WHEN size({found}) > 0 THEN {found} END AS {_MAP_SQL})"
 
 
 def mirror_rows(source: DataFrame, row_type: StructType, keyed: bool) -> DataFrame:
     """The mirror's rows from a ``MERGE`` source (a table's first write: nothing stored to merge with)."""
-    texts = [F.col(text_column(i)) for i in range(len(row_type.fields))]
+    texts = [text_column(i) for i in range(len(row_type.fields))]
     return source.where(~F.col(DELETED) if keyed else ~F.col(MATCH)).select(
-        *[F.col(quoted(f.name)) for f in row_type.fields], _collapse_texts(row_type, texts).alias(UNREPRESENTABLE_COLUMN),
+        *[F.col(quoted(f.name)) for f in row_type.fields],
+        F.expr(_collapse_texts(row_type, texts)).alias(UNREPRESENTABLE_COLUMN),
         F.col(LSN).alias(COMMIT_LSN_COLUMN), F.col(ORDER).alias(TOTAL_ORDER_COLUMN))
 
 
 @dataclass(frozen=True)
 class MergePlan:
-    """What ``delta.merge`` hands to ``DeltaTable.merge``: SQL expressions over aliases ``t`` and ``s``."""
+    """One ``MERGE``, every part a SQL expression over aliases ``t`` (the table) and ``s`` (the
+    source), so that each table format runs the same plan (``delta_tables.merge`` through Delta's
+    builder, ``iceberg_tables.merge`` as a ``MERGE INTO`` statement: ``merge_statement``)."""
 
     condition: str
     delete_when: str | None  # WHEN MATCHED AND ... THEN DELETE
     update_when: str | None  # WHEN MATCHED AND ... THEN UPDATE SET update
-    update: Mapping[str, Column]
+    update: Mapping[str, str]  # quoted column → SQL expression
     insert_when: str  # WHEN NOT MATCHED AND ... THEN INSERT insert
-    insert: Mapping[str, Column]
+    insert: Mapping[str, str]
     truncate_before: Position | None  # WHEN NOT MATCHED BY SOURCE AND position < this THEN DELETE
-    truncate_update: Mapping[str, Column] | None = None  # ... THEN UPDATE SET this instead (history)
+    truncate_update: Mapping[str, str] | None = None  # ... THEN UPDATE SET this instead (history)
+
+    @property
+    def truncate_when(self) -> str | None:
+        """The ``WHEN NOT MATCHED BY SOURCE`` condition: stored rows positioned before the
+        truncate (with history, only current versions are closed)."""
+        if self.truncate_before is None:
+            return None
+        lsn, order = self.truncate_before
+        t_lsn, t_order = quoted(COMMIT_LSN_COLUMN, "t"), quoted(TOTAL_ORDER_COLUMN, "t")
+        before = f"({t_lsn} < {int(lsn)} OR ({t_lsn} = {int(lsn)} AND {t_order} < {int(order)}))"
+        return before if self.truncate_update is None else f"t.{CURRENT} AND {before}"
+
+
+def merge_statement(target: str, source: str, plan: MergePlan) -> str:
+    """``plan`` as one SQL ``MERGE INTO`` of the view ``source`` into the table ``target`` (both
+    already quoted), with the clauses in the order Delta's builder applies them."""
+    def assignments(values: Mapping[str, str]) -> str:
+        return ", ".join(f"t.{column} = {value}" for column, value in values.items())
+
+    clauses = [f"MERGE INTO {target} t USING {source} s ON {plan.condition}"]
+    if plan.delete_when is not None:
+        clauses.append(f"WHEN MATCHED AND ({plan.delete_when}) THEN DELETE")
+    if plan.update_when is not None:
+        clauses.append(f"WHEN MATCHED AND ({plan.update_when}) THEN UPDATE SET {assignments(plan.update)}")
+    columns, values = ", ".join(plan.insert), ", ".join(plan.insert.values())
+    clauses.append(f"WHEN NOT MATCHED AND ({plan.insert_when}) THEN INSERT ({columns}) VALUES ({values})")
+    if plan.truncate_when is not None:
+        action = "DELETE" if plan.truncate_update is None else f"UPDATE SET {assignments(plan.truncate_update)}"
+        clauses.append(f"WHEN NOT MATCHED BY SOURCE AND ({plan.truncate_when}) THEN {action}")
+    return "\n".join(clauses)
 
 
 KEY_LOW: Final = "key_low"
@@ -215,15 +252,15 @@ def _newer() -> str:
 def keyed_plan(row_type: StructType, key_fields: Sequence[str], truncate: Position | None) -> MergePlan:
     """The ``MERGE`` of ``reduce_keyed`` entries: newer entries win; unresolved TOAST keeps the target's."""
     condition = " AND ".join(f"{quoted(k, 't')} = {quoted(k, 's')}" for k in key_fields)
-    kept = [F.array_contains(F.col(f"s.{TOAST}"), f.name) for f in row_type.fields]
-    update = {quoted(f.name): F.when(keep, F.col(quoted(f.name, "t"))).otherwise(F.col(quoted(f.name, "s")))
+    kept = [f"array_contains(s.{TOAST}, {sql_string(f.name)})" for f in row_type.fields]
+    update = {quoted(f.name): f"CASE WHEN {keep} THEN {quoted(f.name, 't')} ELSE {quoted(f.name, 's')} END"
               for f, keep in zip(row_type.fields, kept, strict=True)}
-    texts = [F.when(keep, F.col(quoted(UNREPRESENTABLE_COLUMN, "t")).getItem(f.name))
-             .otherwise(F.col(f"s.{text_column(i)}")) for i, (f, keep) in enumerate(zip(row_type.fields, kept, strict=True))]
-    positions = {quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}")}
+    texts = [f"CASE WHEN {keep} THEN {quoted(UNREPRESENTABLE_COLUMN, 't')}[{sql_string(f.name)}] "
+             f"ELSE s.{text_column(i)} END" for i, (f, keep) in enumerate(zip(row_type.fields, kept, strict=True))]
+    positions = {quoted(COMMIT_LSN_COLUMN): f"s.{LSN}", quoted(TOTAL_ORDER_COLUMN): f"s.{ORDER}"}
     update |= {quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts), **positions}
-    insert_texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
-    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+    insert_texts = [f"s.{text_column(i)}" for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): quoted(f.name, "s") for f in row_type.fields},
               quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, insert_texts), **positions}
     return MergePlan(condition=condition, delete_when=f"s.{DELETED} AND {_newer()}",
                      update_when=f"NOT s.{DELETED} AND {_newer()}", update=update,
@@ -284,10 +321,10 @@ def keyless_plan(row_type: StructType, truncate: Position | None) -> MergePlan:
             f"{quoted(UNREPRESENTABLE_COLUMN, 't')}[{sql_string(f.name)}] <=> s.{text_column(i)}"
             for i, f in enumerate(row_type.fields)]
     condition = " AND ".join([f"s.{MATCH}", *same])
-    texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
-    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+    texts = [f"s.{text_column(i)}" for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): quoted(f.name, "s") for f in row_type.fields},
               quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts),
-              quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}")}
+              quoted(COMMIT_LSN_COLUMN): f"s.{LSN}", quoted(TOTAL_ORDER_COLUMN): f"s.{ORDER}"}
     return MergePlan(condition=condition, delete_when="true", update_when=None, update={},
                      insert_when=f"NOT s.{MATCH}", insert=insert, truncate_before=truncate)
 
@@ -352,10 +389,6 @@ def history_source(changes: DataFrame, row_type: StructType, key_fields: Sequenc
     return versions.unionByName(closes)
 
 
-def _micros_to_timestamp(column: Column) -> Column:
-    return F.timestamp_micros(column)
-
-
 HISTORY_FIELDS: Final = (
     StructField(VALID_FROM, TimestampType(), True), StructField(VALID_FROM_LSN, LongType(), True),
     StructField(VALID_TO, TimestampType(), True), StructField(VALID_TO_LSN, LongType(), True),
@@ -367,17 +400,19 @@ def history_plan(row_type: StructType, key_fields: Sequence[str], truncate: Posi
     """Close the stored current version of every key the batch changes (if the change is newer),
     insert the batch's versions; a truncate closes every current version positioned before it."""
     condition = " AND ".join([f"s.{CLOSE}", f"t.{CURRENT}", *(f"{quoted(k, 't')} = {quoted(k, 's')}" for k in key_fields)])
-    update = {VALID_TO_LSN: F.col(f"s.{LSN}"), VALID_TO: _micros_to_timestamp(F.col(f"s.{TIME}")),
-              CURRENT: F.lit(False)}
-    texts = [F.col(f"s.{text_column(i)}") for i in range(len(row_type.fields))]
-    insert = {**{quoted(f.name): F.col(quoted(f.name, "s")) for f in row_type.fields},
+    update = {VALID_TO_LSN: f"s.{LSN}", VALID_TO: f"timestamp_micros(s.{TIME})", CURRENT: "false"}
+    texts = [f"s.{text_column(i)}" for i in range(len(row_type.fields))]
+    insert = {**{quoted(f.name): quoted(f.name, "s") for f in row_type.fields},
               quoted(UNREPRESENTABLE_COLUMN): _collapse_texts(row_type, texts),
-              quoted(COMMIT_LSN_COLUMN): F.col(f"s.{LSN}"), quoted(TOTAL_ORDER_COLUMN): F.col(f"s.{ORDER}"),
-              VALID_FROM: _micros_to_timestamp(F.col(f"s.{TIME}")), VALID_FROM_LSN: F.col(f"s.{LSN}"),
-              VALID_TO: _micros_to_timestamp(F.col("s._to")), VALID_TO_LSN: F.col(f"s.{VALID_TO_LSN}"),
-              CURRENT: F.col(f"s.{VALID_TO_LSN}").isNull()}
+              quoted(COMMIT_LSN_COLUMN): f"s.{LSN}", quoted(TOTAL_ORDER_COLUMN): f"s.{ORDER}",
+              VALID_FROM: f"timestamp_micros(s.{TIME})", VALID_FROM_LSN: f"s.{LSN}",
+              VALID_TO: "timestamp_micros(s._to)", VALID_TO_LSN: f"s.{VALID_TO_LSN}",
+              CURRENT: f"s.{VALID_TO_LSN} IS NULL"}
+    truncate_update = None
+    if truncate is not None:
+        at = "NULL" if truncate_time is None else str(int(truncate_time))
+        truncate_update = {VALID_TO_LSN: f"CAST({int(truncate[0])} AS BIGINT)",
+                           VALID_TO: f"timestamp_micros(CAST({at} AS BIGINT))", CURRENT: "false"}
     return MergePlan(condition=condition, delete_when=None, update_when=_newer(), update=update,
                      insert_when=f"NOT s.{CLOSE}", insert=insert, truncate_before=truncate,
-                     truncate_update={VALID_TO_LSN: F.lit(truncate[0] if truncate else None).cast("long"),
-                                      VALID_TO: _micros_to_timestamp(F.lit(truncate_time).cast("long")),
-                                      CURRENT: F.lit(False)} if truncate else None)
+                     truncate_update=truncate_update)

@@ -35,7 +35,8 @@ from enum import Enum
 from typing import Any, Final
 
 from pgbridge_spark.consistent import CONTROL_DIR
-from pgbridge_spark.delta_tables import MissingDelta, convert_parquet, is_table, require_delta, table_uri
+from pgbridge_spark.delta_tables import MissingDelta, convert_parquet, is_table, require
+from pgbridge_spark.formats import table_uri
 from pgbridge_spark.packages import MissingJars
 
 STATE_FILE: Final = "_pgbridge_state.json"
@@ -142,7 +143,7 @@ def survey(spark: Any, output: str, folders: Folders) -> list[Step]:
 
 def migrate(spark: Any, output: str, *, dry_run: bool = False, echo: Callable[[str], None] = print) -> int:
     """Convert what can be converted under ``output``; the exit status (module docstring)."""
-    require_delta(spark)
+    require(spark)
     folders = Folders(spark, output)
     steps = survey(spark, output, folders)
     refused = [s for s in steps if s.action.refused]

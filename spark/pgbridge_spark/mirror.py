@@ -1,4 +1,5 @@
-"""The mirror job: pgbridge table topics → one Delta Lake table per Postgres table (or a changelog), on Spark.
+"""The mirror job: pgbridge table topics → one Delta Lake (or Iceberg) table per Postgres table (or a
+changelog), on Spark.
 
 ::
 
@@ -8,16 +9,17 @@
                                                  ▼
                 decode per table into its latest row type (from_avro | mapInArrow)
                                                  │  drop what was applied (progress per partition,
-                                                 ▼  from the table's last Delta commit)
+                                                 ▼  from the table's last commit)
                               [consistent] cut = last commit LSN with every event read
                                                  │
        mirror: reduce to the last change per key, one MERGE  | history: SCD 2 | changelog: append
                                                  ▼
-                     {output}/{schema}.{table}   (Delta: one idempotent commit per table and batch)
+                     {output}/{schema}.{table}   (one commit per table and batch)
 
-Exactly once (``delta_tables``): each table's commit carries ``txnAppId`` / ``txnVersion`` (this job, the
-batch id), so Delta skips a replayed micro-batch, and its ``userMetadata`` the per-partition
-positions applied, so records pgbridge re-published after a crash are dropped. Spark's checkpoint
+Exactly once (``formats``): each table's commit carries the job's progress on it (the batch id, the
+per-partition positions applied), read back on start, so a replayed micro-batch is skipped and
+records pgbridge re-published after a crash are dropped; Delta's commits also carry ``txnAppId`` /
+``txnVersion``. ``--table-format`` picks Delta Lake (``delta_tables``) or Iceberg (``iceberg_tables``). Spark's checkpoint
 holds the Kafka offsets. ``--output`` and ``--checkpoint`` are Hadoop filesystem URIs or paths;
 nothing is kept anywhere else.
 
@@ -46,7 +48,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pgbridge_spark import delta_tables
 from pgbridge_spark.config import MirrorConfig, parse_args
 from pgbridge_spark.consistent import Pending, find_cut, keep_pending, read_pending, with_pending
 from pgbridge_spark.decode import (
@@ -55,7 +56,10 @@ from pgbridge_spark.decode import (
     python_change_frame,
     schema_id_of,
 )
+from pgbridge_spark.delta_tables import MissingDelta
 from pgbridge_spark.evolution import plan_schema, table_schema
+from pgbridge_spark.formats import Commit, table_format, table_uri
+from pgbridge_spark.iceberg_tables import MissingIceberg
 from pgbridge_spark.jvm_decode import (
     JvmDecodeUnavailable,
     MissingSparkAvro,
@@ -111,7 +115,7 @@ class BatchResult:
 
     batch_id: int
     cut: int | None  # consistent mode: every transaction with commit LSN <= cut is applied
-    tables: Mapping[str, str]  # "schema.table" → its Delta table URI, for tables this batch changed
+    tables: Mapping[str, str]  # "schema.table" → its table URI, for tables this batch changed
     applied_count: int
     seconds: float = 0.0  # wall time of the micro-batch's work (foreachBatch)
 
@@ -153,6 +157,7 @@ class MirrorJob:
         self.spark = spark
         self.config = config
         self.on_batch = on_batch
+        self.tables = table_format(config.table_format)
         self.catalog = SchemaCatalog(
             load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.kafka_options),
             registry_url=config.schema_registry_url)
@@ -183,7 +188,7 @@ class MirrorJob:
     def start(self, *, available_now: bool = False) -> StreamingQuery:
         if self.config.decoder == "jvm":
             require_spark_avro(self.spark)
-        delta_tables.require_delta(self.spark)
+        self.tables.require(self.spark)
         apply_job_defaults(self.spark)
         self._progress.clear()
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
@@ -278,7 +283,7 @@ class MirrorJob:
 
     def _load_progress(self, spark: SparkSession, path: str) -> TableProgress:
         if path not in self._progress:
-            found = delta_tables.last_progress(spark, path) if delta_tables.is_table(spark, path) else None
+            found = self.tables.last_progress(spark, path) if self.tables.is_table(spark, path) else None
             self._progress[path] = found[0] if found is not None else TableProgress()
         stored = self._progress[path]
         return TableProgress.from_metadata(stored.to_metadata())  # a copy: advanced before it is committed
@@ -286,7 +291,7 @@ class MirrorJob:
     def _table_batch(self, spark: SparkSession, raw: DataFrame, topic: str, headers: list[Any],
                      texts: Mapping[str, str], schema_id: str | None = None) -> _TableBatch:
         name = topic[len(self.config.prefix) + 1:]
-        path = delta_tables.table_uri(self.config.output, name)
+        path = table_uri(self.config.output, name)
         progress = self._load_progress(spark, path)
         if schema_id is None:
             newest = max(headers, key=lambda r: (r["_"]["offset"], r["_"]["partition"]))
@@ -419,37 +424,36 @@ class MirrorJob:
         progress.advance(partition_max, truncate)
         progress.key_fields = [f.name for f in table.key_type.fields] if table.key_type else []
         progress.schema_id, progress.app, progress.batch, progress.cut = table.schema_id, self.config.app_id, batch_id, cut
-        metadata = progress.to_metadata()
+        commit = Commit(self.config.app_id, batch_id, progress.to_metadata())
         if self.config.mode == "changelog":
             frame = table.changes.drop("schema_id").withColumn("batch_id", F.lit(batch_id).cast("long"))
-            delta_tables.append(frame, table.path, self.config.app_id, batch_id, metadata,
-                                options={"mergeSchema": "true"})
+            self.tables.append(frame, table.path, commit, merge_schema=True)
         else:
             lows = [r[KEY_LOW] for r in stats if KEY_LOW in r and r[KEY_LOW] is not None]
             highs = [r[KEY_HIGH] for r in stats if KEY_HIGH in r and r[KEY_HIGH] is not None]
             key_range = (min(lows), max(highs)) if lows and highs else None
             self._write_mirror(spark, table, (truncate, truncate_time), any(r["toast"] > 0 for r in stats), resets,
-                               batch_id, metadata, key_range)
+                               commit, key_range)
         self._progress[table.path] = progress
         return count
 
     def _write_mirror(self, spark: SparkSession, table: _TableBatch, truncated: tuple[Position | None, int | None],
-                      with_toast: bool, resets: Mapping[str, Position], batch_id: int, metadata: str,
+                      with_toast: bool, resets: Mapping[str, Position], commit: Commit,
                       key_range: tuple[int, int] | None = None) -> None:
         """One commit: an append into a table with nothing stored yet, else one ``MERGE`` (bounded
         to the batch's key range when it has one: ``merge.with_key_range``)."""
         path, row_type = table.path, table.row_type
         truncate, truncate_time = truncated
         history = self.config.history and table.key_type is not None
-        if delta_tables.is_table(spark, path):
-            stored = delta_tables.stored_schema(spark, path)
+        tables = self.tables
+        if tables.is_table(spark, path):
+            stored = tables.stored_schema(spark, path)
             plan = plan_schema(stored, row_type, resets)
             if not plan.empty:
-                delta_tables.evolve(spark, path, plan, stored)
-            fresh = table.progress.app is None and not history and not delta_tables.has_rows(spark, path)
+                tables.evolve(spark, path, plan, stored)
+            fresh = table.progress.app is None and not history and not tables.has_rows(spark, path)
         else:
-            delta_tables.create_table(spark, path,
-                                      table_schema(row_type, POSITION_FIELDS + (HISTORY_FIELDS if history else ())))
+            tables.create_table(spark, path, table_schema(row_type, POSITION_FIELDS + (HISTORY_FIELDS if history else ())))
             fresh = not history
         if history:
             assert table.key_type is not None
@@ -461,7 +465,7 @@ class MirrorJob:
             source = reduce_keyed(table.changes, row_type, keys, truncate, with_toast, resets)
             plan_of_merge = keyed_plan(row_type, keys, truncate)
         else:
-            stored_rows = stored_entries(spark.read.format("delta").load(path), row_type)
+            stored_rows = stored_entries(tables.read(spark, path), row_type)
             source = keyless_source(stored_rows, table.changes, row_type, truncate, resets)
             plan_of_merge = keyless_plan(row_type, truncate)
         if fresh:
@@ -469,13 +473,12 @@ class MirrorJob:
             if table.key_type is not None:
                 # files of disjoint key ranges: a later MERGE skips every file its keys miss
                 rows = rows.repartitionByRange(*[F.col(quoted(f.name)) for f in table.key_type.fields])
-            delta_tables.append(rows, path, self.config.app_id, batch_id, metadata)
+            tables.append(rows, path, commit)
         else:
             key = range_key(table.key_type)
             if key is not None and key_range is not None:
                 plan_of_merge = with_key_range(plan_of_merge, key, *key_range)
-            with delta_tables.commit_options(spark, self.config.app_id, batch_id, metadata):
-                delta_tables.merge(spark, path, source, plan_of_merge)
+            tables.merge(spark, path, source, plan_of_merge, commit)
 
     def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:
         """Files per table after the batch (a log line), and compaction / retention when configured."""
@@ -483,10 +486,10 @@ class MirrorJob:
         compact = config.compact_every > 0 and (batch_id + 1) % config.compact_every == 0
         for name, path in sorted(applied.items()):
             if compact:
-                delta_tables.compact(spark, path, self._progress[path].to_metadata())
+                self.tables.compact(spark, path, self._progress[path].to_metadata())
                 if config.retention_hours is not None:
-                    delta_tables.vacuum(spark, path, config.retention_hours)
-            log.info("table %s: %s files after micro-batch %d%s", name, delta_tables.file_count(spark, path), batch_id,
+                    self.tables.vacuum(spark, path, config.retention_hours)
+            log.info("table %s: %s files after micro-batch %d%s", name, self.tables.file_count(spark, path), batch_id,
                      " (compacted)" if compact else "")
 
 
@@ -499,11 +502,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     submitted = bool(os.environ.get("SPARK_ENV_LOADED")) or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     master = args.master or (None if submitted else "local[2]")
     try:
-        spark = build_session(master, jars=master is not None and not args.no_packages,
+        spark = build_session(master, jars=master is not None and not args.no_packages, table_format=config.table_format,
                               class_archive_dir=args.class_archive_dir,
                               **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
         query = MirrorJob(spark, config).start(available_now=args.available_now)
-    except (MissingJars, delta_tables.MissingDelta, MissingKafkaSource, MissingSparkAvro) as exc:
+    except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro) as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line naming the fix, no traceback
         return 1
     try:

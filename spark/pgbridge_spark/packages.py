@@ -33,6 +33,7 @@ SPARK_VERSION: Final = "4.1.1"
 # not on Maven Central as this machine reaches it, and 4.1.1's serve (same minor release).
 KAFKA_SOURCE_VERSION: Final = "4.1.3"
 DELTA_VERSION: Final = "4.2.0"
+ICEBERG_VERSION: Final = "1.11.0"
 SCALA_VERSION: Final = "2.13"
 JARS_ENV: Final = "PGBRIDGE_SPARK_JARS"
 MAVEN_TIMEOUT_S: Final = 600.0
@@ -69,6 +70,11 @@ ARTIFACTS: Final = (
     Artifact("org.apache.commons", "commons-pool2", "2.12.1"),
     Artifact("io.delta", f"delta-spark_{SCALA_VERSION}", DELTA_VERSION),
     Artifact("io.delta", "delta-storage", DELTA_VERSION),
+)
+
+# Apache Iceberg's Spark runtime (one shaded jar), only in sessions of ``--table-format iceberg``
+ICEBERG_ARTIFACTS: Final = (
+    Artifact("org.apache.iceberg", f"iceberg-spark-runtime-4.1_{SCALA_VERSION}", ICEBERG_VERSION),
 )
 
 # What Ivy would pull in transitively that pyspark's jars/ already has (or Delta does not need to

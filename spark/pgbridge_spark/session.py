@@ -40,7 +40,7 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-from pgbridge_spark.packages import DELTA_SESSION_CONF, session_jars
+from pgbridge_spark.packages import ARTIFACTS, DELTA_SESSION_CONF, ICEBERG_ARTIFACTS, session_jars
 
 log = logging.getLogger("pgbridge_spark.session")
 
@@ -100,9 +100,11 @@ def class_archive_option(archive: Path, class_path_folders: Iterable[Path]) -> s
 
 
 def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", *, jars: bool = True,
-                  driver_memory: str = DEFAULT_DRIVER_MEMORY, class_archive_dir: str | None = None) -> SparkSession:
+                  driver_memory: str = DEFAULT_DRIVER_MEMORY, class_archive_dir: str | None = None,
+                  table_format: str = "delta") -> SparkSession:
     """A SparkSession for the job; ``master``, jars, driver memory and the class archive only when
-    not under spark-submit (which starts the driver's JVM itself)."""
+    not under spark-submit (which starts the driver's JVM itself). Iceberg's runtime jar joins the
+    others for ``table_format="iceberg"`` only (Delta stays: the consistent job's control table)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -110,7 +112,8 @@ def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", 
         if class_archive_dir:
             builder = _with_class_archive(builder, Path(class_archive_dir).expanduser().resolve())
     if jars:
-        builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars()))
+        artifacts = ARTIFACTS + (ICEBERG_ARTIFACTS if table_format == "iceberg" else ())
+        builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars(artifacts)))
     for key, value in DELTA_SESSION_CONF.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -13,9 +13,16 @@ from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType, St
 
 from pgbridge_spark.config import parse_args
 from pgbridge_spark.decode import record_conformer
-from pgbridge_spark.delta_tables import version_at_cut
 from pgbridge_spark.evolution import plan_schema, table_schema
-from pgbridge_spark.merge import COMMIT_LSN_COLUMN, TOTAL_ORDER_COLUMN
+from pgbridge_spark.formats import version_at_cut
+from pgbridge_spark.iceberg_tables import catalog_name, catalog_settings, split_path
+from pgbridge_spark.merge import (
+    COMMIT_LSN_COLUMN,
+    TOTAL_ORDER_COLUMN,
+    history_plan,
+    keyed_plan,
+    merge_statement,
+)
 from pgbridge_spark.packages import ARTIFACTS, Artifact, find_local, missing_message
 from pgbridge_spark.progress import TableProgress
 from pgbridge_spark.schemas import EnvelopeSchema, record_to_struct
@@ -103,6 +110,47 @@ def test_a_consistent_read_takes_the_newest_version_at_or_below_the_cut() -> Non
     assert version_at_cut(commits, 299) == 2
     assert version_at_cut(commits, 300) == 4
     assert version_at_cut(commits, 99) is None
+    # Iceberg's snapshot ids are not ordered by value: the list's (commit) order decides
+    snapshots = [(8_000_000_000, 100), (-5, 250), (42, 300)]
+    assert version_at_cut(snapshots, 299) == -5
+    assert version_at_cut(snapshots, 1_000) == 42
+
+
+def test_iceberg_tables_live_at_the_delta_path_through_one_hadoop_catalog_per_output() -> None:
+    assert split_path("hdfs://nn:8020/mirror/public.orders") == ("hdfs://nn:8020/mirror", "public.orders")
+    assert split_path("s3a://bucket/m/public.t/") == ("s3a://bucket/m", "public.t")
+    with pytest.raises(ValueError, match="not a mirror table path"):
+        split_path("orders")
+    a, b = catalog_name("hdfs://nn/m1"), catalog_name("hdfs://nn/m2")
+    assert a != b and a.startswith("pgbridge_") and a == catalog_name("hdfs://nn/m1")
+    settings = catalog_settings("hdfs://nn/m1")
+    assert settings[f"spark.sql.catalog.{a}.type"] == "hadoop"
+    assert settings[f"spark.sql.catalog.{a}.warehouse"] == "hdfs://nn/m1"
+    assert settings[f"spark.sql.catalog.{a}.cache-enabled"] == "false"  # sibling sessions see each other's commits
+
+
+def test_a_merge_plan_is_one_merge_into_statement_with_delta_builders_clause_order() -> None:
+    row = StructType([StructField("id", LongType()), StructField("it's", StringType())])
+    sql = merge_statement("cat.`public.t`", "global_temp.`v`", keyed_plan(row, ["id"], (30, 2)))
+    lines = sql.splitlines()
+    assert lines[0] == "MERGE INTO cat.`public.t` t USING global_temp.`v` s ON t.`id` = s.`id`"
+    assert [line.split(" THEN ")[1].split(" ")[0] for line in lines[1:]] == ["DELETE", "UPDATE", "INSERT", "DELETE"]
+    assert lines[-1].startswith("WHEN NOT MATCHED BY SOURCE AND ((t.`_pgbridge_commit_lsn` < 30 OR")
+    assert "array_contains(s._pgbridge_s_toast, 'it\\'s')" in sql  # a column name as a string literal
+    assert "t.`it's` = CASE WHEN" in sql
+    # history: a truncate closes current versions instead of deleting them
+    closing = merge_statement("t1", "v", history_plan(row, ["id"], (30, 2), 123))
+    assert closing.splitlines()[-1].startswith("WHEN NOT MATCHED BY SOURCE AND (t._pgbridge_current AND (")
+    assert "THEN UPDATE SET t._pgbridge_valid_to_lsn = CAST(30 AS BIGINT)" in closing
+    assert "WHEN MATCHED AND" in closing and "THEN DELETE" not in closing
+
+
+def test_the_table_format_is_delta_unless_iceberg_is_asked_for() -> None:
+    base = ["--bootstrap-servers", "k:9092", "--output", "/m", "--checkpoint", "/c"]
+    assert parse_args(base)[0].table_format == "delta"
+    assert parse_args([*base, "--table-format", "iceberg"])[0].table_format == "iceberg"
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--table-format", "hudi"])
 
 
 def test_jars_are_found_in_the_maven_repository_and_missing_ones_named_with_the_fix(tmp_path: Path) -> None:

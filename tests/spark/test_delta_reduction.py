@@ -1,12 +1,15 @@
-"""The per-key reduction and the MERGE it feeds, on a real Delta table (local[2]), without Kafka.
+"""The per-key reduction and the MERGE it feeds, on real Delta Lake and Iceberg tables (local[2]),
+without Kafka.
 
 Changes are rows of ``schemas.change_type`` as the decoders give them. Each case writes a table,
-merges a batch the way ``MirrorJob`` does (``reduce_keyed`` / ``keyless_source`` → one ``MERGE``)
-and reads the table back.
+merges a batch the way ``MirrorJob`` does (``reduce_keyed`` / ``keyless_source`` → one ``MERGE``,
+through the table format's own ``merge``) and reads the table back; the cases that hold for every
+format run on both.
 """
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from pgbridge_spark import delta_tables
 from pgbridge_spark.evolution import table_schema
+from pgbridge_spark.formats import Commit, TableFormat, table_format
 from pgbridge_spark.merge import (
     CURRENT,
     DELETED,
@@ -47,6 +51,17 @@ pytestmark = [pytest.mark.spark]
 
 ROW = StructType([StructField("id", IntegerType()), StructField("v", StringType()), StructField("doc", StringType())])
 KEY = StructType([StructField("id", IntegerType())])
+_versions = itertools.count(1)
+
+
+def commit() -> Commit:
+    """A commit of a new micro-batch (Delta skips a version it has recorded for the application)."""
+    return Commit("test", next(_versions), "{}")
+
+
+@pytest.fixture(params=["delta", "iceberg"])
+def tables(request: pytest.FixtureRequest) -> TableFormat:
+    return table_format(request.param)
 
 
 def change(op: str, lsn: int, order: int, before: tuple[Any, ...] | None, after: tuple[Any, ...] | None,
@@ -66,25 +81,25 @@ def change(op: str, lsn: int, order: int, before: tuple[Any, ...] | None, after:
     return out
 
 
-def apply(spark: SparkSession, path: str, changes: list[dict[str, Any]], *, keyed: bool = True,
+def apply(spark: SparkSession, tables: TableFormat, path: str, changes: list[dict[str, Any]], *, keyed: bool = True,
           truncate: tuple[int, int] | None = None) -> list[tuple[Any, ...]]:
     """The table after merging ``changes``: (id, v, doc, unrepresentable texts as sorted pairs)."""
     frame = spark.createDataFrame(changes, change_type(ROW, KEY if keyed else None))
-    if not delta_tables.is_table(spark, path):
-        delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+    if not tables.is_table(spark, path):
+        tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
     with_toast = any(c["unchanged_toast_columns"] for c in changes)
     if keyed:
         source = reduce_keyed(frame, ROW, ["id"], truncate, with_toast)
         plan = keyed_plan(ROW, ["id"], truncate)
     else:
-        stored = stored_entries(spark.read.format("delta").load(path), ROW)
+        stored = stored_entries(tables.read(spark, path), ROW)
         source = keyless_source(stored, frame, ROW, truncate)
         plan = keyless_plan(ROW, truncate)
-    if delta_tables.file_count(spark, path) == 0:
-        mirror_rows(source, ROW, keyed).write.format("delta").mode("append").save(path)
+    if not tables.has_rows(spark, path):
+        tables.append(mirror_rows(source, ROW, keyed), path, commit())
     else:
-        delta_tables.merge(spark, path, source, plan)
-    rows = spark.read.format("delta").load(path).collect()
+        tables.merge(spark, path, source, plan, commit())
+    rows = tables.read(spark, path).collect()
     return sorted((r["id"], r["v"], r["doc"], tuple(sorted((r["_pgbridge_unrepresentable"] or {}).items())))
                   for r in rows)
 
@@ -102,11 +117,12 @@ def test_the_batch_reduces_to_the_last_change_per_key_with_toast_filled_from_ear
     assert reduced[3][DELETED] and not reduced[4][DELETED] and reduced[4][LSN] == 12
 
 
-def test_merge_applies_updates_deletes_key_changes_toast_and_ignores_older_changes(spark: Any, tmp_path: Path) -> None:
+def test_merge_applies_updates_deletes_key_changes_toast_and_ignores_older_changes(
+        spark: Any, tables: TableFormat, tmp_path: Path) -> None:
     path = str(tmp_path / "keyed")
-    assert apply(spark, path, [change("c", 10, i, None, (i, f"v{i}", f"doc{i}")) for i in range(1, 6)]) == [
+    assert apply(spark, tables, path, [change("c", 10, i, None, (i, f"v{i}", f"doc{i}")) for i in range(1, 6)]) == [
         (i, f"v{i}", f"doc{i}", ()) for i in range(1, 6)]
-    rows = apply(spark, path, [
+    rows = apply(spark, tables, path, [
         change("u", 20, 1, None, (1, "one", None), toast=("doc",)),  # doc kept from the table
         change("d", 20, 2, (2, None, None), None),
         change("u", 20, 3, (3, None, None), (30, "moved", "doc30")),
@@ -116,33 +132,34 @@ def test_merge_applies_updates_deletes_key_changes_toast_and_ignores_older_chang
     assert rows == [(1, "one", "doc1", ()), (4, "v4", "doc4", ()), (5, "v5", "doc5", ()),
                     (6, None, None, (("v", "infinity"),)), (30, "moved", "doc30", ())]
     # a truncate drops every row positioned before it, rows after it stay
-    rows = apply(spark, path, [change("t", 30, 1, None, None), change("c", 30, 2, None, (7, "after", None))],
+    rows = apply(spark, tables, path, [change("t", 30, 1, None, None), change("c", 30, 2, None, (7, "after", None))],
                  truncate=(30, 1))
     assert rows == [(7, "after", None, ())]
 
 
-def test_keyless_tables_stay_multisets(spark: Any, tmp_path: Path) -> None:
+def test_keyless_tables_stay_multisets(spark: Any, tables: TableFormat, tmp_path: Path) -> None:
     path = str(tmp_path / "keyless")
     same = (1, "x", None)
-    rows = apply(spark, path, [change("c", 10, 1, None, same, keyed=False), change("c", 10, 2, None, same, keyed=False),
+    rows = apply(spark, tables, path, [change("c", 10, 1, None, same, keyed=False), change("c", 10, 2, None, same, keyed=False),
                                change("c", 10, 3, None, (2, "y", None), keyed=False)], keyed=False)
     assert rows == [(1, "x", None, ()), (1, "x", None, ()), (2, "y", None, ())]
-    rows = apply(spark, path, [change("d", 20, 1, same, None, keyed=False),
+    rows = apply(spark, tables, path, [change("d", 20, 1, same, None, keyed=False),
                                change("u", 20, 2, (2, "y", None), (2, "z", None), keyed=False),
                                change("c", 20, 3, None, (1, "x", None), texts={"after.doc": "NaN"}, keyed=False)],
                  keyed=False)
     assert rows == [(1, "x", None, ()), (1, "x", None, (("doc", "NaN"),)), (2, "z", None, ())]
 
 
-def test_history_keeps_every_version_with_its_validity_and_a_delete_closes_the_row(spark: Any,
-                                                                                 tmp_path: Path) -> None:
-    path = str(tmp_path / "history")
-    delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS + HISTORY_FIELDS))
+def test_history_keeps_every_version_with_its_validity_and_a_delete_or_truncate_closes_the_row(
+        spark: Any, tables: TableFormat, tmp_path: Path) -> None:
+    path = str(tmp_path / "public.history")  # a mirror path: "history" alone names an Iceberg metadata table
+    tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS + HISTORY_FIELDS))
 
-    def merge(changes: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    def merge(changes: list[dict[str, Any]], truncate: tuple[int, int] | None = None) -> list[tuple[Any, ...]]:
         frame = spark.createDataFrame(changes, change_type(ROW, KEY))
-        delta_tables.merge(spark, path, history_source(frame, ROW, ["id"], None), history_plan(ROW, ["id"], None, None))
-        rows = spark.read.format("delta").load(path).collect()
+        tables.merge(spark, path, history_source(frame, ROW, ["id"], truncate),
+                     history_plan(ROW, ["id"], truncate, 5_000_000 if truncate else None), commit())
+        rows = tables.read(spark, path).collect()
         return sorted((r["id"], r["v"], r[VALID_FROM_LSN], r[VALID_TO_LSN], r[CURRENT]) for r in rows)
 
     assert merge([change("c", 10, 1, None, (1, "a", None)), change("c", 10, 2, None, (2, "x", None))]) == [
@@ -150,6 +167,10 @@ def test_history_keeps_every_version_with_its_validity_and_a_delete_closes_the_r
     assert merge([change("u", 20, 1, None, (1, "b", None)), change("u", 21, 1, None, (1, "c", None)),
                   change("d", 22, 1, (2, None, None), None)]) == [
         (1, "a", 10, 20, False), (1, "b", 20, 21, False), (1, "c", 21, None, True), (2, "x", 10, 22, False)]
+    # a truncate closes the current versions positioned before it; what follows it is current
+    assert merge([change("t", 30, 1, None, None), change("c", 30, 2, None, (5, "after", None))], truncate=(30, 1)) == [
+        (1, "a", 10, 20, False), (1, "b", 20, 21, False), (1, "c", 21, 30, False), (2, "x", 10, 22, False),
+        (5, "after", 30, None, True)]
 
 
 def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_range(spark: Any, tmp_path: Path) -> None:
@@ -175,9 +196,9 @@ def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_rang
     assert (low, high) == (7, 7)
     # then: without the bound the MERGE reads every file and fails on a broken one ...
     with pytest.raises(Exception, match=r"(?i)parquet|corrupt|magic"):
-        delta_tables.merge(spark, path, source, keyed_plan(ROW, ["id"], None))
+        delta_tables.merge(spark, path, source, keyed_plan(ROW, ["id"], None), commit())
     # ... with it, Delta skips the files whose key range misses 7, and the row is updated
-    delta_tables.merge(spark, path, source, with_key_range(keyed_plan(ROW, ["id"], None), key, low, high))
+    delta_tables.merge(spark, path, source, with_key_range(keyed_plan(ROW, ["id"], None), key, low, high), commit())
     updated = spark.read.format("delta").load(path).where("id = 7").collect()
     assert [(r["id"], r["v"]) for r in updated] == [(7, "new")]
 
@@ -199,7 +220,7 @@ def test_tables_committing_at_once_each_carry_their_own_commit_options(spark: An
     paths = [str(tmp_path / f"t{i}") for i in range(3)]
     for path in paths:
         delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
-        apply(spark, path, [change("c", 1, 0, None, (1, "first", None))])
+        apply(spark, delta_tables, path, [change("c", 1, 0, None, (1, "first", None))])
     siblings = [sibling_session(spark) for _ in paths]
     assert siblings[0].conf.get("spark.sql.shuffle.partitions") == spark.conf.get("spark.sql.shuffle.partitions")
 
@@ -207,8 +228,7 @@ def test_tables_committing_at_once_each_carry_their_own_commit_options(spark: An
         session, path = siblings[i], paths[i]
         source = reduce_keyed(session.createDataFrame([change("u", 2 + j, 0, (1, "first", None), (1, f"t{i}-{j}", None))
                                                        for j in range(3)], change_type(ROW, KEY)), ROW, ["id"], None, False)
-        with delta_tables.commit_options(session, "app", 7, f"metadata of t{i}"):
-            delta_tables.merge(session, path, source, keyed_plan(ROW, ["id"], None))
+        delta_tables.merge(session, path, source, keyed_plan(ROW, ["id"], None), Commit("app", 7, f"metadata of t{i}"))
 
     with ThreadPoolExecutor(len(paths)) as pool:
         list(pool.map(commit, range(len(paths))))
