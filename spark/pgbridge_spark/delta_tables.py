@@ -92,22 +92,13 @@ def last_progress(spark: SparkSession, path: str) -> tuple[TableProgress, int] |
     """The job's progress recorded in the table's newest commit that has one, and that commit's
     version (``None``: no pgbridge commit yet)."""
     history = DeltaTable.forPath(spark, path).history(HISTORY_DEPTH).select("version", "userMetadata").collect()
-    if len(history) == HISTORY_DEPTH and not any(_progress(r["userMetadata"]) for r in history):
+    if len(history) == HISTORY_DEPTH and not any(TableProgress.found_in(r["userMetadata"]) for r in history):
         history = DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect()
     for row in sorted(history, key=lambda r: -int(r["version"])):
-        progress = _progress(row["userMetadata"])
+        progress = TableProgress.found_in(row["userMetadata"])
         if progress is not None:
             return progress, int(row["version"])
     return None
-
-
-def _progress(text: str | None) -> TableProgress | None:
-    if not text:
-        return None
-    try:
-        return TableProgress.from_metadata(text)
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def create_table(spark: SparkSession, path: str, schema: StructType,
@@ -232,7 +223,7 @@ def versions_with_cut(spark: SparkSession, path: str) -> list[tuple[int, int]]:
     """``(version, cut)`` of every commit of the table that records a consistent cut, oldest first."""
     out = []
     for row in DeltaTable.forPath(spark, path).history().select("version", "userMetadata").collect():
-        progress = _progress(row["userMetadata"])
+        progress = TableProgress.found_in(row["userMetadata"])
         if progress is not None and progress.cut is not None:
             out.append((int(row["version"]), progress.cut))
     return sorted(out)

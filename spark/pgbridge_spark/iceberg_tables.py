@@ -137,7 +137,7 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
     frame = spark.table(identifier(spark, path))
     if version is None:
         return frame
-    return spark.read.option("snapshot-id", str(version)).table(identifier(spark, path))
+    return spark.read.option("versionAsOf", str(version)).table(identifier(spark, path))
 
 
 def has_rows(spark: SparkSession, path: str) -> bool:
@@ -254,20 +254,11 @@ def _ancestors(spark: SparkSession, path: str) -> Iterator[Any]:
         snapshot = table.snapshot(parent) if parent is not None else None
 
 
-def _progress(text: str | None) -> TableProgress | None:
-    if not text:
-        return None
-    try:
-        return TableProgress.from_metadata(text)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def last_progress(spark: SparkSession, path: str) -> tuple[TableProgress, int] | None:
     """The job's progress in the newest snapshot of the table's history that has one, and that
     snapshot's id (``None``: no pgbridge commit yet)."""
     for snapshot in _ancestors(spark, path):
-        progress = _progress(snapshot.summary().get(PROGRESS))
+        progress = TableProgress.found_in(snapshot.summary().get(PROGRESS))
         if progress is not None:
             return progress, int(snapshot.snapshotId())
     return None
@@ -278,7 +269,7 @@ def versions_with_cut(spark: SparkSession, path: str) -> list[tuple[int, int]]:
     cut, oldest first."""
     out = []
     for snapshot in _ancestors(spark, path):
-        progress = _progress(snapshot.summary().get(PROGRESS))
+        progress = TableProgress.found_in(snapshot.summary().get(PROGRESS))
         if progress is not None and progress.cut is not None:
             out.append((int(snapshot.snapshotId()), progress.cut))
     return out[::-1]

@@ -63,6 +63,17 @@ class TableProgress:
                              cut=None if raw.get("cut") is None else int(raw["cut"]),
                              pending=None if raw.get("pending") is None else int(raw["pending"]))
 
+    @staticmethod
+    def found_in(text: str | None) -> TableProgress | None:
+        """The job's progress in a commit's metadata, ``None`` when the commit has none (another
+        writer's, or an upkeep commit of a format that keeps no metadata)."""
+        if not text:
+            return None
+        try:
+            return TableProgress.from_metadata(text)
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def applied(self, app: str, batch: int) -> bool:
         """True if this job already committed micro-batch ``batch`` (or a later one) to the table."""
         return self.app == app and self.batch is not None and self.batch >= batch

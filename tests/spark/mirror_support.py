@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from pyspark.sql import SparkSession
 
+from pgbridge_spark.formats import detect
 from pgbridge_spark.mirror import MirrorJob
 from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
 from tests.support.waiting import wait_until
@@ -55,11 +56,15 @@ def _json_text(value: Any) -> Any:
 COMPANION_SUFFIX = "__text"
 
 
-def read_delta(path: Path | str) -> tuple[list[str], list[dict[str, Any]]]:
-    """Columns and rows of the Delta table at ``path``, read by the session's Spark (Delta's own
-    reader: deletion vectors and column mapping applied), through Arrow as a Parquet reader gives
-    them (timestamps with their time zone, maps as lists of pairs)."""
-    table = SparkSession.builder.getOrCreate().read.format("delta").load(str(path)).toArrow()
+def read_table(path: Path | str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and rows of the mirror table at ``path`` (Delta Lake or Iceberg, whichever is
+    there), read by the session's Spark through the format's own reader (deletion vectors, position
+    deletes and column mapping applied), through Arrow as a Parquet reader gives them (timestamps
+    with their time zone, maps as lists of pairs)."""
+    spark = SparkSession.builder.getOrCreate()
+    tables = detect(spark, str(path))
+    assert tables is not None, f"no mirror table at {path}"
+    table = tables.read(spark, str(path)).toArrow()
     rows: list[dict[str, Any]] = table.to_pylist()
     return table.column_names, rows
 
@@ -67,7 +72,7 @@ def read_delta(path: Path | str) -> tuple[list[str], list[dict[str, Any]]]:
 def mirror_rows(directory: Path | str) -> tuple[list[str], Counter[tuple[Any, ...]]]:
     """Columns and the multiset of rows of a mirrored table, without the ``_pgbridge_`` positions
     and the ``{column}__text`` companions (asserted null: every test value has its typed form)."""
-    column_names, rows = read_delta(directory)
+    column_names, rows = read_table(directory)
     names = set(column_names)
     companions = [c for c in column_names
                   if c.endswith(COMPANION_SUFFIX) and c[:-len(COMPANION_SUFFIX)] in names]

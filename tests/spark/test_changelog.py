@@ -23,7 +23,7 @@ import pytest
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_delta, run_available_now, wait_published
+from tests.spark.mirror_support import read_table, run_available_now, wait_published
 from tests.spark.test_mirror_end_to_end import republish
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
@@ -96,7 +96,7 @@ def streamed_changes() -> dict[str, list[Change]]:
 
 def changelog(output: Path, table: str) -> list[dict[str, Any]]:
     """The changelog of ``schema.table`` (every ``batch_id=N/``), in (commit_lsn, total_order) order."""
-    _, rows = read_delta(output / table)
+    _, rows = read_table(output / table)
     return sorted(rows, key=lambda r: (r["commit_lsn"], r["total_order"]))
 
 

@@ -19,7 +19,7 @@ from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.consistent import PENDING
 from pgbridge_spark.mirror import BatchResult, MirrorJob
 from pgbridge_spark.progress import TableProgress
-from tests.spark.mirror_support import assert_mirrored, read_delta, wait_published
+from tests.spark.mirror_support import assert_mirrored, read_table, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 
@@ -56,7 +56,7 @@ def mirrored_total(output: Path) -> tuple[Decimal, int]:
     total, rows = Decimal(0), 0
     for table in ("public.checking", "public.savings"):
         if (output / table).exists():
-            values = [r["amount"] for r in read_delta(output / table)[1]]
+            values = [r["amount"] for r in read_table(output / table)[1]]
             total += sum(values, Decimal(0))
             rows += len(values)
     return total, rows

@@ -1,5 +1,5 @@
 """Postgres → pgbridge → Apache Kafka → mirror job (local[2], Spark's kafka source, from_avro) →
-Parquet equals SELECT * of every table.
+Delta Lake, and Iceberg (``--table-format iceberg``), equals SELECT * of every table.
 
 One scenario in stages, each checked against Postgres: an initial snapshot and a mixed workload
 (inserts, updates, a key change, deletes, a truncate, a large transaction, a prepared
@@ -85,8 +85,9 @@ def republish(bootstrap: str, topic: str, first: int) -> int:
     return len(records)
 
 
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
 def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
-        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path) -> None:
+        spark: Any, pg_dsn: str, apache_kafka: Broker, topic_prefix: str, tmp_path: Path, table_format: str) -> None:
     # given: tables with rows before the bridge starts (snapshot), the bridge, a mirror job
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
@@ -97,7 +98,7 @@ def test_mirror_follows_postgres_through_restarts_duplicates_and_alter_table(
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     output, checkpoint = tmp_path / "mirror", tmp_path / "checkpoint"
     config = MirrorConfig(bootstrap_servers=apache_kafka.bootstrap, prefix=topic_prefix, output=str(output),
-                          checkpoint=str(checkpoint), max_offsets_per_trigger=4000)
+                          checkpoint=str(checkpoint), max_offsets_per_trigger=4000, table_format=table_format)
     batches: list[int] = []
     job = MirrorJob(spark, config, on_batch=lambda batch_id, result: batches.append(batch_id))
     with BridgeProcess(env).start() as bridge:

@@ -20,7 +20,7 @@ from fastavro import parse_schema, schemaless_writer
 from pgbridge.encode.wire import fingerprint64, fingerprint_hex, single_object_header
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_delta, run_available_now
+from tests.spark.mirror_support import read_table, run_available_now
 from tests.spark.test_decoders_agree import SOURCE, TRANSACTION
 from tests.support.broker import Broker
 
@@ -87,7 +87,7 @@ def test_a_renamed_column_keeps_its_values_and_old_records_fill_it(spark: Any, a
         run_available_now(job)
     # then: the column is renamed in place, stored values kept, old records under the new name
     for decoder in jobs:
-        columns, rows = read_delta(tmp_path / decoder / "mirror" / "public.people")
+        columns, rows = read_table(tmp_path / decoder / "mirror" / "public.people")
         assert [c for c in columns if not c.startswith("_pgbridge_")] == ["id", "full_name"], decoder
         assert sorted((r["id"], r["full_name"]) for r in rows) == [(1, "ann2"), (2, "bob"), (3, "cy"), (4, "dan")], (
             decoder)

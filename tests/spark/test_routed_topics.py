@@ -16,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_delta, wait_published
+from tests.spark.mirror_support import read_table, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 
@@ -54,7 +54,7 @@ def test_a_one_table_routed_topic_mirrors_and_a_multi_table_topic_is_refused(
         assert query.awaitTermination(300), "the availableNow run did not finish within 300 s"
         assert query.exception() is None, query.exception()
         # then: its directory is the routed name, holding the table's rows
-        rows = sorted((r["id"], r["v"]) for r in read_delta(output / "routed.solo")[1])
+        rows = sorted((r["id"], r["v"]) for r in read_table(output / "routed.solo")[1])
         assert rows == [(1, "a"), (2, "b2")]
 
         # when: both shards get a row, with the same id
@@ -100,5 +100,5 @@ def test_the_consistent_mirror_completes_transactions_with_skipped_operations(
         assert bridge.terminate() == 0, bridge.log()
     # then: the transaction passed the consistent cut (a count including the update would hold it
     # back forever), so the inserted rows are mirrored, without the updates
-    rows = sorted((r["id"], r["v"]) for r in read_delta(output / "public.solo")[1])
+    rows = sorted((r["id"], r["v"]) for r in read_table(output / "public.solo")[1])
     assert rows == [(1, "a"), (2, "b")]

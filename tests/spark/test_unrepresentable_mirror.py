@@ -24,7 +24,7 @@ import pytest
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.merge import UNREPRESENTABLE_COLUMN
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_delta, run_available_now, wait_published
+from tests.spark.mirror_support import read_table, run_available_now, wait_published
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 
@@ -81,7 +81,7 @@ def second_part(dsn: str) -> None:
 
 
 def read_mirror(directory: Path) -> list[dict[str, Any]]:
-    _, rows = read_delta(directory)
+    _, rows = read_table(directory)
     for row in rows:
         row[UNREPRESENTABLE_COLUMN] = dict(row[UNREPRESENTABLE_COLUMN] or [])
     return rows
@@ -132,7 +132,7 @@ def test_unrepresentable_values_reach_the_changelog_and_the_mirror(
     assert_mirror(tmp_path / "jvm", doc, big_array)
     assert_mirror(tmp_path / "python", doc, big_array)
     # ... and the changelog holds the envelope's map as it was published
-    changes = sorted(read_delta(tmp_path / "changelog" / "public.spans")[1],
+    changes = sorted(read_table(tmp_path / "changelog" / "public.spans")[1],
                      key=lambda r: (r["commit_lsn"], r["total_order"]))
     seen = [(r["op"], (r["after"] or r["before"])["id"], dict(r["unrepresentable"] or [])) for r in changes]
     assert seen == [
