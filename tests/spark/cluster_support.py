@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgbridge_spark.progress import TableProgress
 from tests.support.hdfs import Hdfs
 from tests.support.s3 import S3Server
 from tests.support.spark_cluster import SparkCluster
@@ -84,6 +85,23 @@ def delta_transactions(store: Store, table: str,
         if read_before is not None:
             read_before[path] = actions
         found.extend(actions)
+    return found
+
+
+def iceberg_batches(store: Store, table: str) -> list[tuple[str, int]]:
+    """(app id, batch) of every snapshot of an Iceberg table (Hadoop catalog layout) whose summary
+    holds the job's progress: a micro-batch committed twice to the same table shows here twice. Read
+    from the newest metadata file (``metadata/vN.metadata.json``), which lists every snapshot."""
+    versions = [int(name[1:].split(".", 1)[0]) for name in store.names(f"{table}/metadata")
+                if name.startswith("v") and name.endswith(".metadata.json")]
+    if not versions:
+        return []
+    metadata = json.loads(store.read(f"{table}/metadata/v{max(versions)}.metadata.json"))
+    found = []
+    for snapshot in metadata.get("snapshots", []):
+        progress = TableProgress.found_in(snapshot.get("summary", {}).get("pgbridge.progress"))
+        if progress is not None and progress.app is not None and progress.batch is not None:
+            found.append((progress.app, progress.batch))
     return found
 
 

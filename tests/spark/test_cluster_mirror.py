@@ -1,12 +1,12 @@
 """The mirror job on a real cluster and real distributed storage: Postgres 18 → pgbridge → Apache
 Kafka → ``spark-submit --master spark://...`` of ``mirror.py`` (executors in two worker JVMs) →
-Delta tables on HDFS, and on S3 through s3a (moto's server).
+Delta tables on HDFS, and on S3 through s3a (moto's server); Iceberg tables on HDFS.
 
-The driver is killed with SIGKILL in the middle of a micro-batch: after at least one table's Delta
+The driver is killed with SIGKILL in the middle of a micro-batch: after at least one table's
 commit of that batch and before Spark's checkpoint marks the batch done. The same command on the
 same checkpoint then finishes the work: every table equals ``SELECT *`` (as a multiset, so a row
-applied twice would show, a keyless table included), and no table's log holds one micro-batch
-twice.
+applied twice would show, a keyless table included), and no table's history holds one micro-batch
+twice (Delta: its log's ``txn`` actions; Iceberg: its snapshots' progress).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tests.spark.cluster_support import (
     Submission,
     delta_transactions,
     hdfs_store,
+    iceberg_batches,
     mirror_command,
     numbered,
     s3_store,
@@ -76,18 +77,25 @@ def second_round(dsn: str) -> None:
         conn.execute("INSERT INTO notes VALUES (1, 'after truncate'), (2, 'again')")
 
 
-@pytest.fixture(params=["hdfs", "s3a"])
-def store(request: pytest.FixtureRequest, spark: Any) -> Iterator[Store]:
-    """A folder of this test's own on HDFS, or a bucket of its own on S3 (moto) through s3a; the
-    tests' own Spark session (which reads the mirror back) is given the settings to reach it."""
+# (storage, table format): Delta on both storages; Iceberg on HDFS (its Hadoop catalog's commit is a
+# rename, which HDFS makes atomic)
+@pytest.fixture(params=[("hdfs", "delta"), ("s3a", "delta"), ("hdfs", "iceberg")], ids=["hdfs", "s3a", "hdfs-iceberg"])
+def target(request: pytest.FixtureRequest, spark: Any) -> Iterator[tuple[Store, str]]:
+    """A folder of this test's own on HDFS, or a bucket of its own on S3 (moto) through s3a, and the
+    table format; the tests' own Spark session (which reads the mirror back) is given the settings
+    to reach it."""
+    storage, table_format = request.param
+    yield _store(request, spark, storage), table_format
+
+
+def _store(request: pytest.FixtureRequest, spark: Any, storage: str) -> Store:
     folder = f"t-{uuid.uuid4().hex[:10]}"
-    if request.param == "hdfs":
-        yield hdfs_store(request.getfixturevalue("hdfs"), folder)
-        return
+    if storage == "hdfs":
+        return hdfs_store(request.getfixturevalue("hdfs"), folder)
     store = s3_store(request.getfixturevalue("s3"), folder, sorted(fetch("s3a").glob("*.jar")))
     for key, value in store.conf.items():
         spark.conf.set(key.removeprefix("spark.hadoop."), value)
-    yield store
+    return store
 
 
 def batch_in_flight(store: Store) -> int | None:
@@ -96,8 +104,16 @@ def batch_in_flight(store: Store) -> int | None:
     return max(pending) if pending else None
 
 
-def kill_mid_batch(job: Submission, store: Store) -> tuple[int, str]:
-    """SIGKILL the driver once a micro-batch is in flight and one table's Delta log already holds that
+def committed_batches(store: Store, table_format: str, table: str,
+                      read_before: dict[str, list[tuple[str, int]]] | None = None) -> list[int]:
+    """The micro-batches the table's history holds a commit of, one entry per commit."""
+    if table_format == "iceberg":
+        return [batch for _, batch in iceberg_batches(store, f"mirror/{table}")]
+    return [version for _, version in delta_transactions(store, f"mirror/{table}", read_before)]
+
+
+def kill_mid_batch(job: Submission, store: Store, table_format: str) -> tuple[int, str]:
+    """SIGKILL the driver once a micro-batch is in flight and one table's history already holds that
     batch's commit: (the batch, that table)."""
     deadline = time.monotonic() + JOB_TIMEOUT_S
     read_before: dict[str, list[tuple[str, int]]] = {}
@@ -105,8 +121,7 @@ def kill_mid_batch(job: Submission, store: Store) -> tuple[int, str]:
         assert job.running(), f"the job ended before a micro-batch could be interrupted:\n{job.log()[-4000:]}"
         batch = batch_in_flight(store)
         committed = [] if batch is None else [
-            table for table in TABLES
-            if any(version == batch for _, version in delta_transactions(store, f"mirror/{table}", read_before))]
+            table for table in TABLES if batch in committed_batches(store, table_format, table, read_before)]
         if batch is not None and committed:
             job.kill()
             return batch, committed[0]
@@ -115,8 +130,9 @@ def kill_mid_batch(job: Submission, store: Store) -> tuple[int, str]:
 
 
 def test_driver_killed_mid_batch_on_a_cluster_resumes_to_equal_tables(
-        spark_cluster: SparkCluster, store: Store, spark: Any, pg_dsn: str, apache_kafka: Broker,
+        spark_cluster: SparkCluster, target: tuple[Store, str], spark: Any, pg_dsn: str, apache_kafka: Broker,
         topic_prefix: str, tmp_path: Path) -> None:
+    store, table_format = target
     # given: tables, pgbridge publishing them, the first round of changes in Kafka
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
@@ -124,7 +140,7 @@ def test_driver_killed_mid_batch_on_a_cluster_resumes_to_equal_tables(
                      extra={"PGBRIDGE_POSTGRES__TABLES": ",".join(TABLES)})
     args = ["--bootstrap-servers", apache_kafka.bootstrap, "--prefix", topic_prefix,
             "--output", store.uri("mirror"), "--checkpoint", store.uri("checkpoint"),
-            "--available-now"]
+            "--available-now", "--table-format", table_format]
     command = mirror_command(spark_cluster, store, sorted(fetch("spark").glob("*.jar")), args)
     with BridgeProcess(env).start() as bridge:
         bridge.wait_confirmed(pg_dsn, topic_prefix)
@@ -132,7 +148,7 @@ def test_driver_killed_mid_batch_on_a_cluster_resumes_to_equal_tables(
         wait_published(pg_dsn, topic_prefix)
         # when: the driver is killed -9 in the middle of a micro-batch
         with Submission(spark_cluster, command, tmp_path / "first.log").start() as first:
-            interrupted, committed = kill_mid_batch(first, store)
+            interrupted, committed = kill_mid_batch(first, store, table_format)
         # ... more changes arrive while it is down, and the same command runs again
         second_round(pg_dsn)
         wait_published(pg_dsn, topic_prefix)
@@ -144,10 +160,10 @@ def test_driver_killed_mid_batch_on_a_cluster_resumes_to_equal_tables(
     # ... on both workers' executors
     app = re.search(r"app-\d{14}-\d{4}", log)
     assert app is not None and spark_cluster.executor_workers(app.group()) == {"worker-1", "worker-2"}
-    # ... every table equals Postgres, and no table's Delta log holds a micro-batch twice (the one
+    # ... every table equals Postgres, and no table's history holds a micro-batch twice (the one
     # committed before the kill holds the interrupted batch once)
     for table in TABLES:
         assert_mirrored(pg_dsn, store.uri("mirror"), table)
-        batches = [version for _, version in delta_transactions(store, f"mirror/{table}")]
+        batches = committed_batches(store, table_format, table)
         assert len(batches) == len(set(batches)), f"{table}: micro-batches committed {sorted(batches)}"
         assert table != committed or batches.count(interrupted) == 1, f"{table}: {sorted(batches)}"
