@@ -29,6 +29,11 @@ with nothing new. Reported per table size:
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
+        [--table-formats delta iceberg]
+
+With ``--table-formats delta iceberg`` each format is measured in turn in the one run (the same
+Spark session for the in-driver figures; ``python -m pgbridge_spark.mirror --table-format ...`` for
+the process ones), its figures under ``sizes_{format}``.
 
 Writes JSON to bench/results/spark-delta-batches.json (and prints it) with the load average before
 and after: the machine may be shared, so read the figures with it.
@@ -100,12 +105,12 @@ def updates(rows: int, count: int, round_: int) -> Iterator[tuple[int, dict[str,
         yield i, change(i, "u", lsn, n + 1, round_ + 1)
 
 
-def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
+def run_format(spark: Any, bootstrap: str, out: Path, table_format: str) -> tuple[float, list[Any]]:
     from pgbridge_spark.config import MirrorConfig
     from pgbridge_spark.mirror import MirrorJob
 
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
-                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",))
+                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",), table_format=table_format)
     results: list[Any] = []
     started = time.monotonic()
     query = MirrorJob(spark, config, on_batch=lambda _batch_id, result: results.append(result)).start(
@@ -117,7 +122,7 @@ def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
 
 
 def streaming(spark: Any, bootstrap: str, out: Path, rows: int, changes: int, rounds: int,
-              first_round: int) -> tuple[list[float], list[float]]:
+              first_round: int, table_format: str) -> tuple[list[float], list[float]]:
     """Per-batch seconds of ``rounds`` batches of ``changes`` updates, then of ``rounds`` one-change
     batches, all applied by one running query (each produced once the previous batch is applied)."""
     import queue
@@ -126,7 +131,8 @@ def streaming(spark: Any, bootstrap: str, out: Path, rows: int, changes: int, ro
     from pgbridge_spark.mirror import MirrorJob
 
     config = MirrorConfig(bootstrap_servers=bootstrap, prefix=PREFIX, output=str(out / "mirror"),
-                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",), trigger_seconds=0.5)
+                          checkpoint=str(out / "checkpoint"), tables=("public.narrow",), trigger_seconds=0.5,
+                          table_format=table_format)
     done: queue.Queue[Any] = queue.Queue()
     query = MirrorJob(spark, config, on_batch=lambda _batch_id, result: done.put(result)).start()
     sizes = [changes] * rounds + [1] * rounds
@@ -185,16 +191,22 @@ def rounded(values: list[float] | list[float | None]) -> list[float | None]:
     return [None if x is None else round(x, 2) for x in values]
 
 
-def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dict[str, Any]:
-    from pgbridge_spark import delta_tables
+def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_format: str) -> dict[str, Any]:
+    from pgbridge_spark.formats import table_format as format_of
 
+    tables = format_of(table_format)
     cluster = start_kafka(classpath("kafka"), 1)
     out = Path(tempfile.mkdtemp(prefix=f"rows-{rows}-", dir=work))
+    chosen = ("--table-format", table_format)
+
+    def run(spark: Any, bootstrap: str, out: Path) -> tuple[float, list[Any]]:
+        return run_format(spark, bootstrap, out, table_format)
+
     try:
         produce(cluster.bootstrap, TABLE_TOPIC, encoded(snapshot(rows)), create=True)
         load_s, _ = run(spark, cluster.bootstrap, out)
         table = str(out / "mirror" / "public.narrow")
-        assert spark.read.format("delta").load(table).count() == rows
+        assert tables.read(spark, table).count() == rows
         batch_s, run_s, empty_s = [], [], []
         for r in range(rounds):
             produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, r)), create=False)
@@ -207,18 +219,19 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path) -> dic
         produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, 1, rounds)), create=False)
         _, results = run(spark, cluster.bootstrap, out)
         fixed_s = sum(x.seconds for x in results)
-        changed = spark.read.format("delta").load(table).where(f"v = {rounds}").count()
-        stream_s, stream_fixed_s = streaming(spark, cluster.bootstrap, out, rows, changes, rounds, rounds + 1)
+        changed = tables.read(spark, table).where(f"v = {rounds}").count()
+        stream_s, stream_fixed_s = streaming(spark, cluster.bootstrap, out, rows, changes, rounds, rounds + 1,
+                                             table_format)
         # as a user runs it: each run its own process (the running query above has stopped; these
         # take its checkpoint on), then the same with the class archive, whose first run writes it
-        process = process_rounds(cluster.bootstrap, out, rows, changes, range(3 * rounds + 1, 4 * rounds + 1))
-        archive = ("--class-archive-dir", str(out / "class-archive"))
+        process = process_rounds(cluster.bootstrap, out, rows, changes, range(3 * rounds + 1, 4 * rounds + 1), *chosen)
+        archive = (*chosen, "--class-archive-dir", str(out / "class-archive"))
         produce(cluster.bootstrap, TABLE_TOPIC, encoded(updates(rows, changes, 4 * rounds + 1)), create=False)
         first_s = run_process(cluster.bootstrap, out, *archive)[0]
         archived = process_rounds(cluster.bootstrap, out, rows, changes, range(4 * rounds + 2, 5 * rounds + 2),
                                   *archive)
-        files = delta_tables.file_count(spark, table)
-        return {"rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
+        files = tables.file_count(spark, table)
+        return {"table_format": table_format, "rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": rounded(batch_s), "batch_s_median": round(statistics.median(batch_s), 2),
                 "run_s": rounded(run_s), "empty_run_s": rounded(empty_s),
                 "run_minus_empty_s_median": median_difference(run_s, empty_s),
@@ -242,6 +255,8 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output", type=Path, default=RESULT)
+    parser.add_argument("--table-formats", nargs="+", choices=("delta", "iceberg"), default=["delta"],
+                        help="each format measured in turn, in one run (same session, same machine state)")
     args = parser.parse_args()
 
     from pgbridge_spark.session import build_session
@@ -250,21 +265,28 @@ def main() -> int:
     logging.getLogger("pgbridge_spark").setLevel(logging.INFO)
     load_before = os.getloadavg()
     os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(fetch("spark")))
-    spark = build_session("local[2]")  # what python -m pgbridge_spark.mirror builds: nothing tuned
+    # what python -m pgbridge_spark.mirror builds: nothing tuned (Iceberg's jar beside Delta's when asked)
+    spark = build_session("local[2]", table_format="iceberg" if "iceberg" in args.table_formats else "delta")
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="pgbridge-delta-batches-"))
     try:
-        sizes = [measure(spark, rows, args.changes, args.rounds, work) for rows in args.rows]
+        measured = {fmt: [measure(spark, rows, args.changes, args.rounds, work, fmt) for rows in args.rows]
+                    for fmt in args.table_formats}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     import pyspark
     result: dict[str, Any] = {
-        "benchmark": "Delta mirror: 1,000 spread changes against table size (mirror mode, local[2], untuned)",
-        "sizes": sizes, "pyspark": pyspark.__version__,
+        "benchmark": f"{' and '.join(args.table_formats)} mirror: {args.changes:,} spread changes against table size "
+                     "(mirror mode, local[2], untuned)",
+        "pyspark": pyspark.__version__,
     }
-    if len(sizes) >= 2:
-        result["ratio_largest_to_smallest_batch"] = round(sizes[-1]["batch_s_median"] / sizes[0]["batch_s_median"], 2)
+    for fmt, sizes in measured.items():
+        key = "sizes" if len(measured) == 1 else f"sizes_{fmt}"
+        result[key] = sizes
+        if len(sizes) >= 2:
+            ratio = round(sizes[-1]["batch_s_median"] / sizes[0]["batch_s_median"], 2)
+            result["ratio_largest_to_smallest_batch" if len(measured) == 1 else f"ratio_largest_to_smallest_batch_{fmt}"] = ratio
     write_result(result, args.output, load_before)
     return 0
 
