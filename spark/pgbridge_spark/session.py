@@ -6,7 +6,8 @@ one with the pinned jars (``packages.session_jars``) and Delta Lake enabled.
 
 Defaults that make a micro-batch cheap without tuning, applied unless the user set the key when
 Spark started (``SparkConf``): Delta reconstructs a table's state with few tasks instead of 50,
-and the driver has room for a large initial snapshot. Shuffle partitions are set per micro-batch
+the reduction to the last change per key sorts after the shuffle only, and the driver has room for
+a large initial snapshot. Shuffle partitions are set per micro-batch
 from its record count (``shuffle_partitions``), not left at Spark's 200.
 
 One log line is quieted (``QUIET_LOGGERS``): Delta 4.2 logs ``ERROR DeltaParquetFileFormat: Failed
@@ -51,6 +52,11 @@ MAX_SHUFFLE_PARTITIONS: Final = 200
 JOB_DEFAULTS: Final[Mapping[str, str]] = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.adaptive.enabled": "true",
+    # No partial "first row per key" before the shuffle (Spark's WindowGroupLimit): it sorts each
+    # Kafka partition's records whole in one task, and a large first snapshot (10M rows in two
+    # partitions: 5M a task) ran out of execution memory growing that sort's pointer array. After
+    # the shuffle, the per-key sort runs on partitions sized to the batch (``shuffle_partitions``).
+    "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
 }
 
 
