@@ -26,10 +26,9 @@ from typing import Any, Final
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from pgbridge_spark.evolution import SchemaPlan, apply_schema_plan
+from pgbridge_spark.evolution import SchemaPlan, apply_schema_plan, cast_column
 from pgbridge_spark.formats import Commit
 from pgbridge_spark.merge import MergePlan, quoted, sql_string
 from pgbridge_spark.packages import ARTIFACTS, DELTA_SESSION_CONF, DELTA_VERSION, missing_message
@@ -129,10 +128,7 @@ def evolve(spark: SparkSession, path: str, plan: SchemaPlan, stored: StructType)
     """Apply ``plan`` (``evolution.plan_schema``): metadata-only commits, except a retype Delta
     cannot widen in place, which rewrites the table with the column ``try_cast``."""
     def rewrite(name: str, data_type: DataType) -> None:
-        current = spark.read.format("delta").load(path)
-        columns = [F.col(quoted(c)).try_cast(data_type).alias(c) if c == name else F.col(quoted(c))
-                   for c in current.columns]
-        current.select(*columns).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        cast_column(read(spark, path), name, data_type).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
     apply_schema_plan(spark, _sql_path(path), plan, stored, rewrite)
 

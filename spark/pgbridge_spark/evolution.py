@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructField, StructType
 
 from pgbridge_spark.jvm_decode import loose
@@ -96,6 +97,13 @@ def sql_type(spark: SparkSession, data_type: DataType) -> str:
     jvm = spark._jvm
     assert jvm is not None
     return str(jvm.org.apache.spark.sql.types.DataType.fromJson(data_type.json()).sql())
+
+
+def cast_column(frame: DataFrame, name: str, data_type: DataType) -> DataFrame:
+    """``frame`` with column ``name`` as ``data_type`` (``try_cast``: null where not exact), in place:
+    the rewrite of a retype a table format cannot widen."""
+    return frame.select(*[F.col(quoted(c)).try_cast(data_type).alias(c) if c == name else F.col(quoted(c))
+                          for c in frame.columns])
 
 
 def apply_schema_plan(spark: SparkSession, table: str, plan: SchemaPlan, stored: StructType,

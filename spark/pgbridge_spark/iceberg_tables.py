@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from pgbridge_spark.evolution import SchemaPlan, apply_schema_plan, sql_type
+from pgbridge_spark.evolution import SchemaPlan, apply_schema_plan, cast_column, sql_type
 from pgbridge_spark.formats import Commit
 from pgbridge_spark.merge import MergePlan, merge_statement, quoted, sql_string
 from pgbridge_spark.packages import ICEBERG_ARTIFACTS, ICEBERG_VERSION, missing_message
@@ -134,10 +133,8 @@ def stored_schema(spark: SparkSession, path: str) -> StructType:
 
 def read(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
     """The table, or its state at snapshot ``version`` (time travel)."""
-    frame = spark.table(identifier(spark, path))
-    if version is None:
-        return frame
-    return spark.read.option("versionAsOf", str(version)).table(identifier(spark, path))
+    reader = spark.read if version is None else spark.read.option("versionAsOf", str(version))
+    return reader.table(identifier(spark, path))
 
 
 def has_rows(spark: SparkSession, path: str) -> bool:
@@ -151,12 +148,9 @@ def evolve(spark: SparkSession, path: str, plan: SchemaPlan, stored: StructType)
     table = identifier(spark, path)
 
     def rewrite(name: str, data_type: DataType) -> None:
-        current = spark.table(table)
-        columns = [F.col(quoted(c)).try_cast(data_type).alias(c) if c == name else F.col(quoted(c))
-                   for c in current.columns]
         found = last_progress(spark, path)
         summary = {PROGRESS: found[0].to_metadata()} if found is not None else {}
-        writer = current.select(*columns).writeTo(table).using("iceberg")
+        writer = cast_column(spark.table(table), name, data_type).writeTo(table).using("iceberg")
         for key, value in {**TABLE_PROPERTIES, **_table_properties(spark, path)}.items():
             writer = writer.tableProperty(key, value)
         _with_commit_properties(spark, summary, writer.createOrReplace)
