@@ -14,8 +14,6 @@ from pyspark.sql import SparkSession
 
 from pgbridge_spark.formats import detect
 from pgbridge_spark.mirror import MirrorJob
-from tests.support.postgres import slot_confirmed_flush_lsn, wal_insert_lsn
-from tests.support.waiting import wait_until
 
 
 def run_available_now(job: MirrorJob) -> None:
@@ -23,13 +21,6 @@ def run_available_now(job: MirrorJob) -> None:
     query = job.start(available_now=True)
     assert query.awaitTermination(900), "the availableNow run did not finish within 900 s"
     assert query.exception() is None, query.exception()
-
-
-def wait_published(dsn: str, slot: str, timeout: float = 90.0) -> None:
-    """Wait until the bridge confirmed everything committed so far (so it is all in Kafka)."""
-    target = wal_insert_lsn(dsn)
-    wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) >= target, timeout=timeout,
-               message=f"bridge to confirm LSN {target}")
 
 
 def _normal(value: Any) -> Any:

@@ -23,10 +23,11 @@ import pytest
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_table, run_available_now, wait_published
+from tests.spark.mirror_support import read_table, run_available_now
 from tests.spark.test_mirror_end_to_end import republish
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly

@@ -32,9 +32,10 @@ from tests.spark.cluster_support import (
     numbered,
     s3_store,
 )
-from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.spark.mirror_support import assert_mirrored
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 from tests.support.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.integration, pytest.mark.timeout(1800)]

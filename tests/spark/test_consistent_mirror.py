@@ -19,9 +19,10 @@ from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.consistent import PENDING
 from pgbridge_spark.mirror import BatchResult, MirrorJob
 from pgbridge_spark.progress import TableProgress
-from tests.spark.mirror_support import assert_mirrored, read_table, wait_published
+from tests.spark.mirror_support import assert_mirrored, read_table
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -115,13 +116,18 @@ def test_every_micro_batch_shows_a_committed_state(spark: Any, pg_dsn: str, apac
             # every record in Kafka processed and committed, the last transactions' ends included
             # (polling the tables instead would run Spark jobs beside the stream's own)
             query.processAllAvailable()
-            # ... and one more transaction, whose micro-batch ends where the transaction does, after one
-            # that left nothing past its cut
-            caught_up = len(observed)
-            with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
-                conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = 0")
-                conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = 0")
-            wait_published(pg_dsn, topic_prefix)
+        finally:
+            query.stop()
+        # ... and one more transaction, whose micro-batch ends where the transaction does, after one
+        # that left nothing past its cut. The job is stopped while it is published: a running query
+        # could start a micro-batch between the transaction's records on its two topics.
+        caught_up = len(observed)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute("UPDATE checking SET amount = amount - 1 WHERE id = 0")
+            conn.execute("UPDATE savings SET amount = amount + 1 WHERE id = 0")
+        wait_published(pg_dsn, topic_prefix)
+        query = MirrorJob(spark, config, on_batch=check).start()
+        try:
             query.processAllAvailable()
         finally:
             query.stop()

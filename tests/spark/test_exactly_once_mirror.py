@@ -18,10 +18,11 @@ import pytest
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
+from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.spark.test_mirror_end_to_end import SCHEMA, TABLES, more_work, workload
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker, require_transactions
+from tests.support.postgres import wait_published
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly

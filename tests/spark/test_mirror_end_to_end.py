@@ -20,10 +20,11 @@ from confluent_kafka import Producer
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
+from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import read_topic
+from tests.support.postgres import wait_published
 from tests.support.waiting import wait_until
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly

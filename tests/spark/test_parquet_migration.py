@@ -24,9 +24,10 @@ from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.delta_tables import is_table
 from pgbridge_spark.migrate import EXIT_REFUSED, STATE_FILE, Action, Found, migrate, plan
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import assert_mirrored, mirror_rows, run_available_now, wait_published
+from tests.spark.mirror_support import assert_mirrored, mirror_rows, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 
 pytestmark = [pytest.mark.spark]
 

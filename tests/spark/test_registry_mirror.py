@@ -11,10 +11,11 @@ import pytest
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import assert_mirrored, wait_published
+from tests.spark.mirror_support import assert_mirrored
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
 from tests.support.kafka import list_topics
+from tests.support.postgres import wait_published
 from tests.support.registry import start_registry
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly

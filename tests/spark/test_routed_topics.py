@@ -16,9 +16,10 @@ from pyspark.errors import StreamingQueryException
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_table, wait_published
+from tests.spark.mirror_support import read_table
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]

@@ -19,9 +19,10 @@ import pytest
 
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import assert_mirrored, run_available_now, wait_published
+from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

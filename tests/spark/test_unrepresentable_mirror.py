@@ -24,9 +24,10 @@ import pytest
 from pgbridge_spark.config import MirrorConfig
 from pgbridge_spark.merge import UNREPRESENTABLE_COLUMN
 from pgbridge_spark.mirror import MirrorJob
-from tests.spark.mirror_support import read_table, run_available_now, wait_published
+from tests.spark.mirror_support import read_table, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.broker import Broker
+from tests.support.postgres import wait_published
 
 # Delta commits cost Spark jobs; a shared 2-core machine runs them slowly
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]

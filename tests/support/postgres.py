@@ -148,6 +148,13 @@ def wal_insert_lsn(dsn: str) -> int:
     return int(rows[0][0])
 
 
+def wait_published(dsn: str, slot: str, timeout: float = 90.0) -> None:
+    """Wait until the bridge confirmed everything committed so far (so it is all in Kafka)."""
+    target = wal_insert_lsn(dsn)
+    wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) >= target, timeout=timeout,
+               message=f"bridge to confirm LSN {target}")
+
+
 def server_clock(dsn: str) -> datetime:
     """Postgres's ``clock_timestamp()``: a mark to compare later server-side timestamps with."""
     rows = execute(dsn, "SELECT clock_timestamp()")
