@@ -62,8 +62,11 @@ def _outage(cluster: PgCluster, dsn: str, bridge: BridgeProcess, mode: str) -> s
     cluster.stop(mode)
     down = _readyz(bridge, 503, f"after a {mode} shutdown", timeout=30)
     # reconnect attempts meet a server that is gone before it comes back
-    wait_until(lambda: _reconnects(bridge) > before, timeout=30, interval=0.1,
-               message=f"no reconnect attempt while Postgres was down after a {mode} shutdown")
+    try:
+        wait_until(lambda: _reconnects(bridge) > before, timeout=60, interval=0.1,
+                   message=f"no reconnect attempt while Postgres was down after a {mode} shutdown")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; bridge log:\n{bridge.log()[-4000:]}") from None
     cluster.start()
     up = _readyz(bridge, 200, f"after the start following a {mode} shutdown", timeout=90)
     return f"{mode}: 503 after {down:.1f}s, 200 {up:.1f}s after start"

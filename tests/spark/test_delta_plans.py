@@ -33,6 +33,7 @@ from pgbridge_spark.session import (
     shuffle_partitions,
     table_workers,
 )
+from pgbridge_spark.source import FETCH_MAX_WAIT_MS, source_options
 
 POSITIONS = [StructField(COMMIT_LSN_COLUMN, LongType()), StructField(TOTAL_ORDER_COLUMN, LongType())]
 
@@ -220,3 +221,18 @@ def test_the_class_archive_is_named_after_what_it_is_made_from(tmp_path: Path) -
     assert class_archive_path(tmp_path) == name
     assert class_path_folders({"SPARK_CONF_DIR": "/c", "HADOOP_CONF_DIR": "/h"}) == [Path("/c"), Path("/h")]
     assert class_path_folders({}) == [Path(pyspark.__file__).resolve().parent / "conf"]
+
+
+def test_the_kafka_source_reads_committed_records_without_waiting_out_the_brokers_fetch_wait() -> None:
+    options = source_options("k:9092", topics=["p.public.a", "p.public.b"], max_offsets_per_trigger=37)
+    assert options["kafka.isolation.level"] == "read_committed" and options["failOnDataLoss"] == "true"
+    assert options["kafka.fetch.max.wait.ms"] == str(FETCH_MAX_WAIT_MS) and FETCH_MAX_WAIT_MS < 500
+    assert options["subscribe"] == "p.public.a,p.public.b" and "subscribePattern" not in options
+    assert options["maxOffsetsPerTrigger"] == "37" and options["startingOffsets"] == "earliest"
+
+
+def test_the_users_kafka_options_win_over_the_jobs_defaults() -> None:
+    options = source_options("k:9092", pattern=r"p\..*", kafka_options={"fetch.max.wait.ms": "200",
+                                                                       "security.protocol": "SSL"})
+    assert options["kafka.fetch.max.wait.ms"] == "200" and options["kafka.security.protocol"] == "SSL"
+    assert options["subscribePattern"] == r"p\..*" and "subscribe" not in options
