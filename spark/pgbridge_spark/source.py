@@ -18,6 +18,8 @@ from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
 
+from pgbridge_spark.kafka import FETCH_MAX_WAIT_MS
+
 KAFKA_PROVIDER_CLASS: Final = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
@@ -60,14 +62,6 @@ def require_kafka_source(spark: SparkSession) -> None:
                                                           "spark-sql-kafka-0-10_2.13"))
 
 
-# How long the broker holds a fetch that finds no record (the consumer's ``fetch.max.wait.ms``;
-# Kafka's default is 500 ms). Each task of a micro-batch ends on such a fetch: measured on this
-# job, a one-record batch's read task took 514 ms, 8.6 ms of it on the CPU, and 69 ms with 50
-# (docs/spark.md, "Figures"; SPARK-44012's log line shows the same 504 ms for one record). A fetch
-# that finds records returns at once whatever this is, so large batches read as before.
-FETCH_MAX_WAIT_MS: Final = 50
-
-
 def source_options(bootstrap: str, *, topics: Sequence[str] = (), pattern: str | None = None,
                    max_offsets_per_trigger: int | None = None,
                    kafka_options: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -77,7 +71,7 @@ def source_options(bootstrap: str, *, topics: Sequence[str] = (), pattern: str |
         # Spark's Kafka source reads uncommitted records unless told: never show aborted copies of
         # exactly-once topics (at-least-once topics have no aborted records, so this costs nothing).
         "failOnDataLoss": "true", "kafka.isolation.level": "read_committed",
-        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),  # kafka.FETCH_MAX_WAIT_MS: why
         "kafka.bootstrap.servers": bootstrap, "startingOffsets": "earliest",
     }
     if topics:

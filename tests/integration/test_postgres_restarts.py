@@ -6,6 +6,7 @@ and in the end the topic replays to exactly the table: nothing lost, nothing inv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -30,24 +31,28 @@ TABLE = "public.items"
 ROWS = 1000
 
 
-def _readyz(bridge: BridgeProcess, want: int, what: str, timeout: float) -> float:
-    port = bridge.http_port
-    assert port is not None
+def _wait_or_log(bridge: BridgeProcess, predicate: Callable[[], bool], timeout: float, message: str) -> float:
+    """Wait for ``predicate``; on timeout the failure carries the end of the bridge's log."""
     started = time.monotonic()
     try:
-        wait_until(lambda: status(port, "/readyz") == want, timeout=timeout, interval=0.1,
-                   message=f"/readyz never {want} {what}")
+        wait_until(predicate, timeout=timeout, interval=0.1, message=message)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; bridge log:\n{bridge.log()[-4000:]}") from None
     return time.monotonic() - started
+
+
+def _readyz(bridge: BridgeProcess, want: int, what: str, timeout: float) -> float:
+    port = bridge.http_port
+    assert port is not None
+    return _wait_or_log(bridge, lambda: status(port, "/readyz") == want, timeout, f"/readyz never {want} {what}")
 
 
 def _streaming_the_workload(dsn: str, bridge: BridgeProcess) -> None:
     """Wait until what the workload commits from now on is confirmed: the bridge streams under load."""
     mark = wal_insert_lsn(dsn)
     slot = bridge.env["PGBRIDGE_POSTGRES__SLOT"]
-    wait_until(lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) > mark, timeout=60, interval=0.1,
-               message=f"the workload's changes are not confirmed: {bridge.log()[-2000:]}")
+    _wait_or_log(bridge, lambda: (slot_confirmed_flush_lsn(dsn, slot) or 0) > mark, 60,
+                 "the workload's changes are not confirmed")
 
 
 def _reconnects(bridge: BridgeProcess) -> float:
@@ -62,11 +67,8 @@ def _outage(cluster: PgCluster, dsn: str, bridge: BridgeProcess, mode: str) -> s
     cluster.stop(mode)
     down = _readyz(bridge, 503, f"after a {mode} shutdown", timeout=30)
     # reconnect attempts meet a server that is gone before it comes back
-    try:
-        wait_until(lambda: _reconnects(bridge) > before, timeout=60, interval=0.1,
-                   message=f"no reconnect attempt while Postgres was down after a {mode} shutdown")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; bridge log:\n{bridge.log()[-4000:]}") from None
+    _wait_or_log(bridge, lambda: _reconnects(bridge) > before, 60,
+                 f"no reconnect attempt while Postgres was down after a {mode} shutdown")
     cluster.start()
     up = _readyz(bridge, 200, f"after the start following a {mode} shutdown", timeout=90)
     return f"{mode}: 503 after {down:.1f}s, 200 {up:.1f}s after start"

@@ -16,6 +16,7 @@ from pgbridge_spark.decode import record_conformer
 from pgbridge_spark.evolution import plan_schema, table_schema
 from pgbridge_spark.formats import version_at_cut
 from pgbridge_spark.iceberg_tables import catalog_name, catalog_settings, split_path
+from pgbridge_spark.kafka import FETCH_MAX_WAIT_MS
 from pgbridge_spark.merge import (
     COMMIT_LSN_COLUMN,
     TOTAL_ORDER_COLUMN,
@@ -33,7 +34,7 @@ from pgbridge_spark.session import (
     shuffle_partitions,
     table_workers,
 )
-from pgbridge_spark.source import FETCH_MAX_WAIT_MS, source_options
+from pgbridge_spark.source import source_options
 
 POSITIONS = [StructField(COMMIT_LSN_COLUMN, LongType()), StructField(TOTAL_ORDER_COLUMN, LongType())]
 
