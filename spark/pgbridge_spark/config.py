@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from pgbridge_spark.kafka import topic_name
+from pgbridge_spark.kafka import schema_reader_options, topic_name
 
 MODES: Final = ("mirror", "changelog")
 TABLE_FORMATS: Final = ("delta", "iceberg")  # formats.table_format
@@ -33,7 +33,10 @@ class MirrorConfig:
     schema_registry_url: str | None = None
     max_offsets_per_trigger: int | None = None
     trigger_seconds: float = 1.0
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    kafka_options: Mapping[str, str] = field(default_factory=dict)  # the Java consumer's (Spark's source)
+    # librdkafka properties of the schema reader; empty: derived from kafka_options
+    # (kafka.schema_reader_options)
+    schema_reader_options: Mapping[str, str] = field(default_factory=dict)
     # The topics come from pgbridge's kafka.exactly_once: read_committed sees no duplicate, so the
     # per-batch duplicate filter (a shuffle) is skipped.
     exactly_once: bool = False
@@ -56,6 +59,12 @@ class MirrorConfig:
             raise ValueError("--history keeps versions of the mirror's rows: it needs --mode mirror")
         if self.parallel_tables is not None and self.parallel_tables < 1:
             raise ValueError(f"--parallel-tables must be at least 1, not {self.parallel_tables}")
+        if self.schema_registry_url is None:  # records name their schemas by fingerprint: _schemas is read
+            self.reader_options()  # refuse at start what the schema reader cannot be given
+
+    def reader_options(self) -> dict[str, str]:
+        """The schema reader's librdkafka properties (raises ``UnsupportedKafkaOption``)."""
+        return schema_reader_options(self.kafka_options, self.schema_reader_options)
 
     @property
     def transactions_topic(self) -> str:
@@ -118,16 +127,34 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
                         help="commit up to N tables of a micro-batch at once (default: the driver's CPUs; "
                              "1: one table after the other)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="Kafka consumer property (repeatable)")
+                        help="Kafka (Java) consumer property, as Spark's kafka source takes it, e.g. "
+                             "security.protocol, sasl.jaas.config, ssl.truststore.location (repeatable)")
+    parser.add_argument("--schema-reader-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="librdkafka property of the reader of {prefix}._schemas; when given, these replace "
+                             "what the job derives from --kafka-option (repeatable)")
     args = parser.parse_args(argv)
-    options = dict(item.split("=", 1) for item in args.kafka_option)
-    config = MirrorConfig(bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
-                          checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent,
-                          decoder=args.decoder, tables=tuple(t for t in args.tables.split(",") if t),
-                          schema_registry_url=args.schema_registry_url,
-                          max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
-                          kafka_options=options, exactly_once=args.exactly_once, history=args.history,
-                          compact_every=args.compact_every,
-                          retention_hours=args.retention_hours, parallel_tables=args.parallel_tables,
-                          table_format=args.table_format)
+    try:
+        config = _config(args)
+    except ValueError as exc:  # a setting the job cannot run with: one line, no traceback
+        parser.error(str(exc))
     return config, args
+
+
+def _properties(items: Sequence[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a mapping; raises ``ValueError`` naming ``flag`` for an item without ``=``."""
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise ValueError(f"{flag} takes KEY=VALUE, not {bad[0]!r}")
+    return dict(item.split("=", 1) for item in items)
+
+
+def _config(args: argparse.Namespace) -> MirrorConfig:
+    return MirrorConfig(
+        bootstrap_servers=args.bootstrap_servers, prefix=args.prefix, output=args.output,
+        checkpoint=args.checkpoint, mode=args.mode, consistent=args.consistent, decoder=args.decoder,
+        tables=tuple(t for t in args.tables.split(",") if t), schema_registry_url=args.schema_registry_url,
+        max_offsets_per_trigger=args.max_offsets_per_trigger, trigger_seconds=args.trigger_seconds,
+        kafka_options=_properties(args.kafka_option, "--kafka-option"),
+        schema_reader_options=_properties(args.schema_reader_option, "--schema-reader-option"),
+        exactly_once=args.exactly_once, history=args.history, compact_every=args.compact_every,
+        retention_hours=args.retention_hours, parallel_tables=args.parallel_tables, table_format=args.table_format)

@@ -1,7 +1,8 @@
 """Kafka I/O with confluent-kafka: partitions of a subscription, end offsets, reading a range.
 
 Used on the driver to read ``{prefix}._schemas`` (the records themselves come through Spark's
-``kafka`` source).
+``kafka`` source). The user's ``--kafka-option`` properties are the Java consumer's, as Spark's
+source takes them; ``schema_reader_options`` turns them into this reader's librdkafka ones.
 
 Two broker facts shape it:
 
@@ -90,6 +91,104 @@ def consumer_config(bootstrap: str, options: Mapping[str, str] | None = None) ->
     }
     config.update(options or {})
     return config
+
+
+class UnsupportedKafkaOption(ValueError):
+    """A ``--kafka-option`` (a Java consumer property) the schema reader cannot be given."""
+
+
+# Java consumer properties that mean the same to librdkafka under the same name. Every other
+# property is the Java consumer's only: tuning (fetch sizes, timeouts, poll records) that the
+# schema reader, reading one small topic once, has no use for.
+_SAME_IN_BOTH: Final = frozenset({"security.protocol", "sasl.mechanism", "client.id", "client.rack",
+                                  "sasl.kerberos.service.name"})
+_JAAS: Final = re.compile(r"^\s*org\.apache\.kafka\.common\.security\.(?P<module>plain\.PlainLoginModule|"
+                          r"scram\.ScramLoginModule)\s+required(?P<pairs>.*?);?\s*$", re.DOTALL)
+_JAAS_PAIR: Final = re.compile(r'(?P<key>[A-Za-z_.]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
+_HOW_TO_BYPASS: Final = ("give the schema reader its librdkafka properties with --schema-reader-option (they "
+                         "replace what the job derives from --kafka-option), or read schemas from a Schema "
+                         "Registry (--schema-registry-url)")
+
+
+def schema_reader_options(kafka_options: Mapping[str, str],
+                          reader_options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka properties for the schema reader, from the job's ``--kafka-option`` properties.
+
+    ``--kafka-option`` takes the Java consumer's properties, as Spark's ``kafka`` source does; the
+    schema reader is librdkafka, whose names differ where it matters most: credentials and trust.
+    The connection settings are translated (a PLAIN or SCRAM ``sasl.jaas.config`` to
+    ``sasl.username``/``sasl.password``, PEM trust and key stores to ``ssl.ca.location`` /
+    ``ssl.certificate.location`` / ``ssl.key.location``, a PKCS#12 key store as it is) and the
+    tuning left to Spark's consumer. A connection setting librdkafka has no equivalent for (a JKS
+    store, another login module) raises ``UnsupportedKafkaOption`` naming the way around it:
+    ``reader_options``, when given, are the reader's properties instead and nothing is translated.
+    """
+    if reader_options:
+        return dict(reader_options)
+    java = dict(kafka_options)
+    out = {key: value for key, value in java.items() if key in _SAME_IN_BOTH}
+    if "sasl.jaas.config" in java:
+        out.update(_jaas_credentials(java["sasl.jaas.config"]))
+    out.update(_trust(java))
+    out.update(_identity(java))
+    algorithm = java.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
+    return out
+
+
+def _jaas_credentials(jaas: str) -> dict[str, str]:
+    """``sasl.username``/``sasl.password`` from a PLAIN or SCRAM login module's JAAS line."""
+    match = _JAAS.match(jaas)
+    pairs = ({m["key"]: re.sub(r"\\(.)", r"\1", m["value"]) for m in _JAAS_PAIR.finditer(match["pairs"])}
+             if match else {})
+    if not match or "username" not in pairs or "password" not in pairs:
+        module = jaas.split()[0] if jaas.split() else "(empty)"
+        raise UnsupportedKafkaOption(
+            f"--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes the username and "
+            f"password of PlainLoginModule or ScramLoginModule only, not {module}; {_HOW_TO_BYPASS}")
+    return {"sasl.username": pairs["username"], "sasl.password": pairs["password"]}
+
+
+def _trust(java: Mapping[str, str]) -> dict[str, str]:
+    """The CA certificates librdkafka verifies the broker with, from the Java trust store settings."""
+    if "ssl.truststore.certificates" in java:
+        return {"ssl.ca.pem": java["ssl.truststore.certificates"]}
+    if "ssl.truststore.location" not in java:
+        return {}
+    kind = java.get("ssl.truststore.type", "JKS").upper()
+    if kind != "PEM":
+        raise UnsupportedKafkaOption(
+            f"--kafka-option ssl.truststore.location: a {kind} trust store cannot be read by the job's schema "
+            "reader (librdkafka); give the CA certificates as a PEM file (ssl.truststore.type=PEM, which Kafka's "
+            f"Java client reads too), or {_HOW_TO_BYPASS}")
+    return {"ssl.ca.location": java["ssl.truststore.location"]}
+
+
+def _identity(java: Mapping[str, str]) -> dict[str, str]:
+    """The client certificate and key (mutual TLS), from the Java key store settings."""
+    out: dict[str, str] = {}
+    if "ssl.keystore.certificate.chain" in java:
+        out["ssl.certificate.pem"] = java["ssl.keystore.certificate.chain"]
+    if "ssl.keystore.key" in java:
+        out["ssl.key.pem"] = java["ssl.keystore.key"]
+    if "ssl.keystore.location" in java:
+        kind = java.get("ssl.keystore.type", "JKS").upper()
+        location = java["ssl.keystore.location"]
+        if kind == "PKCS12":
+            out["ssl.keystore.location"] = location
+            if "ssl.keystore.password" in java:
+                out["ssl.keystore.password"] = java["ssl.keystore.password"]
+        elif kind == "PEM":  # Kafka's PEM key store: the key and its certificate chain in one file
+            out["ssl.certificate.location"] = location
+            out["ssl.key.location"] = location
+        else:
+            raise UnsupportedKafkaOption(
+                f"--kafka-option ssl.keystore.location: a {kind} key store cannot be read by the job's schema "
+                f"reader (librdkafka); use a PKCS12 or PEM key store (ssl.keystore.type), or {_HOW_TO_BYPASS}")
+    if "ssl.key.password" in java and ("ssl.key.location" in out or "ssl.key.pem" in out):
+        out["ssl.key.password"] = java["ssl.key.password"]
+    return out
 
 
 def partitions_of(consumer: Consumer, *, topics: Iterable[str] = (), pattern: str | None = None,

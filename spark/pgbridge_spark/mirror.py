@@ -159,7 +159,7 @@ class MirrorJob:
         self.on_batch = on_batch
         self.tables = table_format(config.table_format)
         self.catalog = SchemaCatalog(
-            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.kafka_options),
+            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.reader_options()),
             registry_url=config.schema_registry_url)
         self._key_ids: dict[str, str] = {}
         self._texts: Mapping[str, str] = {}

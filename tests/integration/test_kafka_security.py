@@ -1,9 +1,7 @@
 """pgbridge against Apache Kafka over TLS (server verification), mutual TLS and SASL/SCRAM-SHA-512.
 
-One broker serves all three on listeners of their own (``pgbridge.embedded.apache_kafka``: extra
-listeners and SCRAM credentials created at format time), certificates from a throwaway CA
-(``tests.support.tls``). For each mode pgbridge gets only that listener's address and the librdkafka
-settings a user would give (``PGBRIDGE_KAFKA__PROPERTIES__...``) and runs with exactly-once on and an
+One broker serves all three on listeners of their own (``tests.support.secure_kafka``). For each
+mode pgbridge gets only that listener's address and the librdkafka settings a user would give (``PGBRIDGE_KAFKA__PROPERTIES__...``) and runs with exactly-once on and an
 initial snapshot, so every client it makes goes through the secured listener: the admin client
 (topic creation), the transactional producer, and the readers of its internal topics (snapshot
 progress, exactly-once positions). The test reads what it wrote through the broker's PLAINTEXT
@@ -15,83 +13,32 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from jvm.fetch import classpath
 
-from pgbridge.embedded.apache_kafka import KafkaCluster, start_kafka
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import require_transactions
 from tests.support.postgres import PgCluster, create_database, drop_database, start_cluster
 from tests.support.replay import wait_caught_up
-from tests.support.tls import CertificateAuthority, Issued
+from tests.support.secure_kafka import SecureKafka, start_secure_kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-SCRAM_USER = "pgbridge"
 SNAPSHOT_ROWS = 40
 STREAMED_ROWS = 40
-
-
-class SecureKafka:
-    """The broker, its CA, a client certificate (key encrypted) and the SCRAM password."""
-
-    def __init__(self, cluster: KafkaCluster, ca: CertificateAuthority, client: Issued, key_password: str,
-                 scram_password: str) -> None:
-        self.cluster = cluster
-        self.ca = ca
-        self.client = client
-        self.key_password = key_password
-        self.scram_password = scram_password
-
-    def properties(self, mode: str) -> dict[str, str]:
-        """librdkafka settings of ``mode`` (the keys users put under ``kafka.properties``)."""
-        tls = {"ssl.ca.location": str(self.ca.ca_cert)}
-        if mode == "tls":
-            return {"security.protocol": "SSL", **tls}
-        if mode == "mtls":
-            return {"security.protocol": "SSL", **tls, "ssl.certificate.location": str(self.client.cert),
-                    "ssl.key.location": str(self.client.key), "ssl.key.password": self.key_password}
-        return {"security.protocol": "SASL_SSL", **tls, "sasl.mechanism": "SCRAM-SHA-512",
-                "sasl.username": SCRAM_USER, "sasl.password": self.scram_password}
-
-
-def broker_security(server: Issued, ca: CertificateAuthority) -> dict[str, str]:
-    """Broker overrides: PEM keystores for the three listeners, client auth on MTLS, SCRAM on SCRAM."""
-    props: dict[str, str] = {"sasl.enabled.mechanisms": "SCRAM-SHA-512"}
-    for name in ("tls", "mtls", "scram"):
-        prefix = f"listener.name.{name}."
-        props[prefix + "ssl.keystore.type"] = "PEM"
-        props[prefix + "ssl.keystore.location"] = str(server.chain)
-        props[prefix + "ssl.truststore.type"] = "PEM"
-        props[prefix + "ssl.truststore.location"] = str(ca.ca_cert)
-        props[prefix + "ssl.client.auth"] = "required" if name == "mtls" else "none"
-    props["listener.name.scram.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
-    props["listener.name.scram.scram-sha-512.sasl.jaas.config"] = (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
-    return props
 
 
 @pytest.fixture(scope="module")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
     require_transactions()
-    directory: Path = tmp_path_factory.mktemp("kafka-tls")
-    ca = CertificateAuthority(directory)
-    server = ca.issue("broker", "localhost", hosts=("localhost", "127.0.0.1"))
-    key_password = secrets.token_hex(8)
-    client = ca.issue("client", "pgbridge", client=True, password=key_password)
-    scram_password = secrets.token_hex(12)
-    cluster = start_kafka(classpath("kafka"), 1, overrides=broker_security(server, ca),
-                          listeners={"TLS": "SSL", "MTLS": "SSL", "SCRAM": "SASL_SSL"},
-                          scram_users={SCRAM_USER: scram_password})
+    started = start_secure_kafka(tmp_path_factory.mktemp("kafka-tls"))
     try:
-        yield SecureKafka(cluster, ca, client, key_password, scram_password)
+        yield started
     finally:
-        cluster.close()
+        started.close()
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +73,7 @@ def _answers(bootstrap: str, properties: dict[str, str]) -> bool:
 @pytest.mark.parametrize("mode", ["tls", "mtls", "scram"])
 def test_streams_end_to_end_over_each_secured_listener(secure_kafka: SecureKafka, dsn: str, mode: str,
                                                        topic_prefix: str) -> None:
-    bootstrap = secure_kafka.cluster.bootstrap_for(mode.upper())
+    bootstrap = secure_kafka.bootstrap(mode)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, note text)")
         conn.execute("INSERT INTO items SELECT g, 'snap ' || g FROM generate_series(1, %s::int) g", (SNAPSHOT_ROWS,))

@@ -1,0 +1,92 @@
+"""Apache Kafka with secured listeners for the security tests: TLS (server verification), mutual TLS
+and SASL/SCRAM-SHA-512 over TLS, on listeners of their own beside PLAINTEXT.
+
+One broker serves all three (``pgbridge.embedded.apache_kafka``: extra listeners and SCRAM
+credentials created at format time), with certificates from a throwaway CA (``tests.support.tls``).
+``SecureKafka`` gives each mode's client settings twice: as librdkafka properties (pgbridge's
+``kafka.properties``) and as the Java consumer's (the Spark job's ``--kafka-option``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from jvm.fetch import classpath
+
+from pgbridge.embedded.apache_kafka import KafkaCluster, start_kafka
+from tests.support.tls import CertificateAuthority, Issued
+
+SCRAM_USER = "pgbridge"
+MODES = ("tls", "mtls", "scram")
+
+
+class SecureKafka:
+    """The broker, its CA, a client certificate (key encrypted) and the SCRAM password."""
+
+    def __init__(self, cluster: KafkaCluster, ca: CertificateAuthority, client: Issued, key_password: str,
+                 scram_password: str) -> None:
+        self.cluster = cluster
+        self.ca = ca
+        self.client = client
+        self.key_password = key_password
+        self.scram_password = scram_password
+
+    def bootstrap(self, mode: str) -> str:
+        """The address of ``mode``'s listener."""
+        return self.cluster.bootstrap_for(mode.upper())
+
+    def properties(self, mode: str) -> dict[str, str]:
+        """librdkafka settings of ``mode`` (the keys users put under ``kafka.properties``)."""
+        tls = {"ssl.ca.location": str(self.ca.ca_cert)}
+        if mode == "tls":
+            return {"security.protocol": "SSL", **tls}
+        if mode == "mtls":
+            return {"security.protocol": "SSL", **tls, "ssl.certificate.location": str(self.client.cert),
+                    "ssl.key.location": str(self.client.key), "ssl.key.password": self.key_password}
+        return {"security.protocol": "SASL_SSL", **tls, "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": SCRAM_USER, "sasl.password": self.scram_password}
+
+    def java_properties(self, mode: str) -> dict[str, str]:
+        """The Java consumer's settings of ``mode``, as a Spark user writes them (PEM stores)."""
+        tls = {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca.ca_cert)}
+        if mode == "tls":
+            return {"security.protocol": "SSL", **tls}
+        if mode == "mtls":
+            return {"security.protocol": "SSL", **tls, "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(self.client.chain), "ssl.key.password": self.key_password}
+        return {"security.protocol": "SASL_SSL", **tls, "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                     f'username="{SCRAM_USER}" password="{self.scram_password}";')}
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def broker_security(server: Issued, ca: CertificateAuthority) -> dict[str, str]:
+    """Broker overrides: PEM keystores for the three listeners, client auth on MTLS, SCRAM on SCRAM."""
+    props: dict[str, str] = {"sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+    for name in MODES:
+        prefix = f"listener.name.{name}."
+        props[prefix + "ssl.keystore.type"] = "PEM"
+        props[prefix + "ssl.keystore.location"] = str(server.chain)
+        props[prefix + "ssl.truststore.type"] = "PEM"
+        props[prefix + "ssl.truststore.location"] = str(ca.ca_cert)
+        props[prefix + "ssl.client.auth"] = "required" if name == "mtls" else "none"
+    props["listener.name.scram.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
+    props["listener.name.scram.scram-sha-512.sasl.jaas.config"] = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    return props
+
+
+def start_secure_kafka(directory: Path) -> SecureKafka:
+    """A one-node broker with the three secured listeners, its CA and client credentials under ``directory``."""
+    ca = CertificateAuthority(directory)
+    server = ca.issue("broker", "localhost", hosts=("localhost", "127.0.0.1"))
+    key_password = secrets.token_hex(8)
+    client = ca.issue("client", "pgbridge", client=True, password=key_password)
+    scram_password = secrets.token_hex(12)
+    cluster = start_kafka(classpath("kafka"), 1, overrides=broker_security(server, ca),
+                          listeners={"TLS": "SSL", "MTLS": "SSL", "SCRAM": "SASL_SSL"},
+                          scram_users={SCRAM_USER: scram_password})
+    return SecureKafka(cluster, ca, client, key_password, scram_password)
