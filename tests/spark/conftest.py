@@ -25,7 +25,7 @@ from jvm.fetch import fetch
 
 from tests.support.hdfs import Hdfs, start_hdfs
 from tests.support.s3 import S3Server, start_s3
-from tests.support.spark_cluster import SparkCluster, start_spark_cluster
+from tests.support.spark_cluster import JVM_OPTIONS, SparkCluster, start_spark_cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,6 +55,7 @@ def spark() -> Iterator[object]:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                .config("spark.driver.memory", "1g")
+               .config("spark.driver.extraJavaOptions", JVM_OPTIONS)  # why: spark_cluster.JVM_OPTIONS
                .config("spark.sql.streaming.minBatchesToRetain", "5")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")

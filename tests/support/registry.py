@@ -95,7 +95,9 @@ class SchemaRegistry:
     def start(self) -> SchemaRegistry:
         jar = _runner_jar()
         command = [*death_signal_prefix(), shutil.which("java") or "java", "-Xms64m", "-Xmx384m",
-                   "-XX:+UseSerialGC", f"-Dquarkus.http.port={self.port}", f"-Dquarkus.http.host={HOST}",
+                   # a test's registry lives briefly and serves little: C2's compiling would not pay
+                   "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                   f"-Dquarkus.http.port={self.port}", f"-Dquarkus.http.host={HOST}",
                    "-Dquarkus.log.level=WARN", *self._security_options(), "-jar", str(jar)]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
