@@ -185,12 +185,15 @@ def test_tables_commit_as_many_at_once_as_asked_or_as_the_driver_has_cpus_never_
     assert table_workers(None, 5) == 1
 
 
-def test_parallel_tables_below_one_is_refused() -> None:
+def test_parallel_tables_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     config, _ = parse_args(["--bootstrap-servers", "k:9092", "--output", "o", "--checkpoint", "c",
                             "--parallel-tables", "3"])
     assert config.parallel_tables == 3
-    with pytest.raises(ValueError, match="--parallel-tables must be at least 1"):
+    with pytest.raises(SystemExit) as exited:  # a usage error: one line, exit status 2
         parse_args(["--bootstrap-servers", "k:9092", "--output", "o", "--checkpoint", "c", "--parallel-tables", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m pgbridge_spark.mirror: error: --parallel-tables must be at least 1, not 0")
 
 
 def test_a_class_archive_is_mapped_when_there_and_written_at_exit_when_not(tmp_path: Path) -> None:

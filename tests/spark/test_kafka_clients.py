@@ -17,10 +17,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from pgbridge_spark.config import MirrorConfig, parse_args
-from pgbridge_spark.kafka import UnsupportedKafkaOption, read_schema_topic, schema_reader_options
+from pgbridge_spark.kafka import (
+    UnsupportedKafkaOption,
+    consumer_config,
+    read_schema_topic,
+    schema_reader_options,
+)
 from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
@@ -130,8 +135,12 @@ def test_the_schema_reader_gets_through_each_listener_with_the_java_properties(
     if mode == "scram":  # the credentials really are what lets it in
         wrong = secure_kafka.java_properties(mode)
         wrong["sasl.jaas.config"] = wrong["sasl.jaas.config"].replace(secure_kafka.scram_password, "wrong")
-        with pytest.raises(KafkaException):
-            read_schema_topic(secure_kafka.bootstrap(mode), prefix, schema_reader_options(wrong))
+        consumer = Consumer(consumer_config(secure_kafka.bootstrap(mode), schema_reader_options(wrong)))
+        try:
+            with pytest.raises(KafkaException):
+                consumer.list_topics(timeout=3)
+        finally:
+            consumer.close()
 
 
 @pytest.mark.spark
