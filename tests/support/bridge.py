@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgbridge.consumer import SchemaStore
+from pgbridge.consumer import SchemaStore, UnknownSchema
 from tests.support.kafka import Record, read_topic, read_topics
 from tests.support.ports import free_port
 from tests.support.postgres import slot_confirmed_flush_lsn
@@ -138,12 +138,42 @@ class Event:
     value: dict[str, Any] | None
 
 
+class TopicSchemas(SchemaStore):
+    """The writer schemas of ``{prefix}._schemas``, read again when a record names one not read yet.
+
+    The bridge publishes a table's schemas just before the table's first record, so a test that
+    reads them while the bridge is still behind (a big transaction on a loaded machine) sees some
+    of them only: a schema missing at decode time is waited for, as a consumer would, instead of
+    failing the test on timing."""
+
+    def __init__(self, bootstrap: str, prefix: str, *, timeout: float) -> None:
+        super().__init__()
+        self._bootstrap = bootstrap
+        self._topic = f"{prefix}._schemas"
+        self._timeout = timeout
+        self._read()
+
+    def _read(self) -> None:
+        for record in read_topic(self._bootstrap, self._topic, min_count=1, timeout=self._timeout, idle=1.0):
+            assert record.key is not None and record.value is not None
+            self.add(record.key, record.value)
+
+    def _has(self, fingerprint: str) -> bool:
+        self._read()
+        return fingerprint in self._parsed
+
+    def decode(self, data: bytes | None, reader_schema: dict[str, Any] | None = None) -> Any:
+        try:
+            return super().decode(data, reader_schema)
+        except UnknownSchema as missing:
+            fingerprint = str(missing.args[0])
+        wait_until(lambda: self._has(fingerprint), timeout=self._timeout, interval=0.5,
+                   message=f"writer schema {fingerprint} on {self._topic}")
+        return super().decode(data, reader_schema)
+
+
 def load_schemas(bootstrap: str, prefix: str, *, timeout: float = 30.0) -> SchemaStore:
-    store = SchemaStore()
-    for record in read_topic(bootstrap, f"{prefix}._schemas", min_count=1, timeout=timeout, idle=1.0):
-        assert record.key is not None and record.value is not None
-        store.add(record.key, record.value)
-    return store
+    return TopicSchemas(bootstrap, prefix, timeout=timeout)
 
 
 def decode_records(store: SchemaStore, records: Iterable[Record]) -> list[Event]:
