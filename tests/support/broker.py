@@ -61,16 +61,9 @@ def require_transactions() -> None:
         pytest.skip("Tansu does not isolate transactions: exactly-once needs Apache Kafka (the default)")
 
 
-# The suite's brokers compile with C1 only: they carry test-sized loads on two shared cores, where
-# C2's compiling costs more than it gains. Measured alone (test_streamed_transactions and
-# test_kafka_faults on 18): 129 -> 115 CPU-s of the machine, 128 -> 122 s. The benchmarks keep the
-# broker's defaults.
-KAFKA_JVM_OPTIONS: Final = ("-XX:TieredStopAtLevel=1",)
-
-
 def start_apache_kafka(nodes: int = 1, overrides: dict[str, str] | None = None) -> KafkaCluster:
     """An Apache Kafka cluster of ``nodes`` combined broker+controller nodes (RF 3, min ISR 2 at 3)."""
-    return start_kafka(classpath("kafka"), nodes, overrides=overrides, jvm_options=KAFKA_JVM_OPTIONS)
+    return start_kafka(classpath("kafka"), nodes, overrides=overrides)
 
 
 def start_broker() -> Broker:

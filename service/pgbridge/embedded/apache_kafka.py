@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -232,12 +232,11 @@ class KafkaCluster:
 
     def __init__(self, classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
                  java: str | None = None, listeners: Mapping[str, str] | None = None,
-                 scram_users: Mapping[str, str] | None = None, jvm_options: Sequence[str] = ()) -> None:
+                 scram_users: Mapping[str, str] | None = None) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster needs at least one node")
         self.classpath = classpath
         self._java = java or shutil.which("java") or "java"
-        self._jvm_options = (*_JVM_OPTIONS, *jvm_options)  # the caller's last: they win
         self.overrides = dict(overrides or {})
         self.listeners = dict(listeners or {})  # extra listener name -> security protocol
         self.scram_users = dict(scram_users or {})
@@ -262,7 +261,7 @@ class KafkaCluster:
         return ",".join(node.listener_address(listener) for node in self.nodes)
 
     def java(self, main_class: str, *args: str) -> list[str]:
-        return [self._java, *self._jvm_options, f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+        return [self._java, *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
                 "-cp", self.classpath, main_class, *args]
 
     def node(self, node_id: int) -> KafkaNode:
@@ -358,11 +357,9 @@ class KafkaCluster:
 
 def start_kafka(classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
                 listeners: Mapping[str, str] | None = None,
-                scram_users: Mapping[str, str] | None = None, jvm_options: Sequence[str] = ()) -> KafkaCluster:
-    """A started cluster of ``size`` nodes; the caller owns it (``close()``). ``jvm_options`` go
-    after the defaults (a test suite's brokers may trade peak speed for less CPU)."""
-    cluster = KafkaCluster(classpath, size, overrides=overrides, listeners=listeners, scram_users=scram_users,
-                           jvm_options=jvm_options)
+                scram_users: Mapping[str, str] | None = None) -> KafkaCluster:
+    """A started cluster of ``size`` nodes; the caller owns it (``close()``)."""
+    cluster = KafkaCluster(classpath, size, overrides=overrides, listeners=listeners, scram_users=scram_users)
     try:
         cluster.start()
     except BaseException:
