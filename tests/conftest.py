@@ -40,6 +40,7 @@ from tests.support.postgres import (
     start_cluster,
 )
 from tests.support.registry import SchemaRegistry, start_registry
+from tests.support.secure_kafka import SecureKafka, start_secure_kafka
 
 # Property tests check correctness, not speed: on a loaded 2-core CI machine input generation and
 # single examples can be slow, which Hypothesis would otherwise report as a failure.
@@ -207,6 +208,17 @@ def registry() -> Iterator[SchemaRegistry]:
     prefix is unique)."""
     with start_registry() as started:
         yield started
+
+
+@pytest.fixture(scope="module")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+    """Apache Kafka with TLS, mutual-TLS and SASL/SCRAM-over-TLS listeners beside PLAINTEXT, its CA
+    and client credentials (``tests.support.secure_kafka``), for the module's security tests."""
+    started = start_secure_kafka(tmp_path_factory.mktemp("kafka-tls"))
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture

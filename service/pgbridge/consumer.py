@@ -62,6 +62,10 @@ class SchemaStore:
     def __len__(self) -> int:
         return len(self._parsed)
 
+    def __contains__(self, fingerprint: object) -> bool:
+        """Whether ``decode`` knows the writer schema of this fingerprint (hex)."""
+        return fingerprint in self._parsed
+
     def schema(self, fingerprint: str) -> dict[str, Any]:
         return self._raw[fingerprint]
 

@@ -102,7 +102,7 @@ class UnsupportedKafkaOption(ValueError):
 # schema reader, reading one small topic once, has no use for.
 _SAME_IN_BOTH: Final = frozenset({"security.protocol", "sasl.mechanism", "client.id", "client.rack",
                                   "sasl.kerberos.service.name"})
-_JAAS: Final = re.compile(r"^\s*org\.apache\.kafka\.common\.security\.(?P<module>plain\.PlainLoginModule|"
+_JAAS: Final = re.compile(r"^\s*org\.apache\.kafka\.common\.security\.(?:plain\.PlainLoginModule|"
                           r"scram\.ScramLoginModule)\s+required(?P<pairs>.*?);?\s*$", re.DOTALL)
 _JAAS_PAIR: Final = re.compile(r'(?P<key>[A-Za-z_.]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 _HOW_TO_BYPASS: Final = ("give the schema reader its librdkafka properties with --schema-reader-option (they "
@@ -125,13 +125,12 @@ def schema_reader_options(kafka_options: Mapping[str, str],
     """
     if reader_options:
         return dict(reader_options)
-    java = dict(kafka_options)
-    out = {key: value for key, value in java.items() if key in _SAME_IN_BOTH}
-    if "sasl.jaas.config" in java:
-        out.update(_jaas_credentials(java["sasl.jaas.config"]))
-    out.update(_trust(java))
-    out.update(_identity(java))
-    algorithm = java.get("ssl.endpoint.identification.algorithm")
+    out = {key: value for key, value in kafka_options.items() if key in _SAME_IN_BOTH}
+    if "sasl.jaas.config" in kafka_options:
+        out.update(_jaas_credentials(kafka_options["sasl.jaas.config"]))
+    out.update(_trust(kafka_options))
+    out.update(_identity(kafka_options))
+    algorithm = kafka_options.get("ssl.endpoint.identification.algorithm")
     if algorithm is not None:
         out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
     return out
@@ -143,7 +142,7 @@ def _jaas_credentials(jaas: str) -> dict[str, str]:
     pairs = ({m["key"]: re.sub(r"\\(.)", r"\1", m["value"]) for m in _JAAS_PAIR.finditer(match["pairs"])}
              if match else {})
     if not match or "username" not in pairs or "password" not in pairs:
-        module = jaas.split()[0] if jaas.split() else "(empty)"
+        module = (jaas.split() or ["(empty)"])[0]
         raise UnsupportedKafkaOption(
             f"--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes the username and "
             f"password of PlainLoginModule or ScramLoginModule only, not {module}; {_HOW_TO_BYPASS}")

@@ -23,22 +23,12 @@ from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import require_transactions
 from tests.support.postgres import PgCluster, create_database, drop_database, start_cluster
 from tests.support.replay import wait_caught_up
-from tests.support.secure_kafka import SecureKafka, start_secure_kafka
+from tests.support.secure_kafka import SecureKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 SNAPSHOT_ROWS = 40
 STREAMED_ROWS = 40
-
-
-@pytest.fixture(scope="module")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    require_transactions()
-    started = start_secure_kafka(tmp_path_factory.mktemp("kafka-tls"))
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +63,7 @@ def _answers(bootstrap: str, properties: dict[str, str]) -> bool:
 @pytest.mark.parametrize("mode", ["tls", "mtls", "scram"])
 def test_streams_end_to_end_over_each_secured_listener(secure_kafka: SecureKafka, dsn: str, mode: str,
                                                        topic_prefix: str) -> None:
+    require_transactions()
     bootstrap = secure_kafka.bootstrap(mode)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, note text)")

@@ -11,7 +11,6 @@ what the job derives from them, and the whole job mirrors a table through the SC
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.postgres import wait_published
-from tests.support.secure_kafka import MODES, SecureKafka, start_secure_kafka
+from tests.support.secure_kafka import MODES, SecureKafka
 
 SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="ann" '
               'password="p\\"w;d";')
@@ -104,15 +103,6 @@ def test_the_command_line_refuses_an_untranslatable_option_at_start_unless_a_reg
 
 
 # --- against the secured listeners --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    started = start_secure_kafka(tmp_path_factory.mktemp("kafka-tls"))
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def _write_schemas(bootstrap: str, topic: str, records: dict[str, str]) -> None:

@@ -160,7 +160,7 @@ class TopicSchemas(SchemaStore):
 
     def _has(self, fingerprint: str) -> bool:
         self._read()
-        return fingerprint in self._parsed
+        return fingerprint in self
 
     def decode(self, data: bytes | None, reader_schema: dict[str, Any] | None = None) -> Any:
         try:
