@@ -70,17 +70,21 @@ def drop_database(services: Services, name: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
-def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling the system's process (Python only) into collapsed stacks; see bench/profile_summary.py."""
+def start_profiler(pid: int, out: Path, *, native: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy sampling the system's process into collapsed stacks; see bench/profile_summary.py.
+
+    Python frames only by default, without stopping the process; ``native`` adds the C frames
+    (librdkafka, the kernels, the collector), which py-spy can only read with the process stopped at
+    each sample: the shares hold, the rates of that pass do not."""
     py_spy = Path(sys.executable).with_name("py-spy")
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
-                             "--output", str(out), "--nonblocking"],
+                             "--output", str(out), "--native" if native else "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def run_pass(services: Services, workload: workloads.Workload, system: System, report: RunReport,
-             *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None,
+             *, with_anchors: bool, log_dir: Path, profile_dir: Path | None = None, native_stacks: bool = False,
              load_rate: float | None = None, spark: SparkMirror | None = None) -> None:
     name = f"{workload.name}_{system.key}"
     log(f"{workload.name}: {system.label} pass, {workload.rows:,} rows")
@@ -93,7 +97,8 @@ def run_pass(services: Services, workload: workloads.Workload, system: System, r
     try:
         system.start(dsn, services.bootstrap, prefix=name, slot=name, publication=name, table=TABLE, log_dir=log_dir)
         before = sample_or_fail(system.pid)
-        profiler = start_profiler(system.pid, profile_dir / f"{name}.txt") if profile_dir else None
+        profiler = start_profiler(system.pid, profile_dir / f"{name}.txt",
+                                  native=native_stacks) if profile_dir else None
         tail = TopicTail(services.bootstrap, topic, workload.rows,
                          sample_every=max(1, workload.rows // LATENCY_SAMPLES)).start()
         load = workloads.generate(workload, dsn, TABLE, rate=load_rate)
@@ -215,6 +220,9 @@ def main() -> int:
                         help="extra PGBRIDGE_* setting for the bridge, e.g. PGBRIDGE_KAFKA__LINGER_MS=20 (repeatable)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="sample pgbridge with py-spy during each pass, collapsed stacks into this directory")
+    parser.add_argument("--native-stacks", action="store_true",
+                        help="with --profile: C frames too (librdkafka, the kernels, the garbage collector); "
+                             "py-spy stops the bridge at each sample, so that pass's rates do not count")
     parser.add_argument("--spark", action="store_true",
                         help="after each pgbridge pass, the Spark Delta mirror applies its topic (local[2])")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latest.json")
@@ -237,6 +245,7 @@ def main() -> int:
                 run_pass(services, workload, system, report, with_anchors=(system.key == "pgbridge"
                                                                            and not args.no_anchors),
                          log_dir=log_dir, profile_dir=args.profile if system.key in ("pgbridge", "baseline") else None,
+                         native_stacks=args.native_stacks,
                          load_rate=args.load_rate, spark=spark)
             if not args.no_anchors and "pgbridge" in args.systems.split(","):
                 run_walsender_pass(services, workload, report, args.load_rate)

@@ -4,12 +4,14 @@ runs it (the commands against real servers: tests/integration/test_cli.py)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from pgbridge import cli
 from tests.support.cli import check, clean_env, pgbridge
 from tests.support.ports import free_port
 
@@ -133,3 +135,16 @@ def test_check_names_a_route_onto_an_internal_topic() -> None:
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "kafka.topic_routes" in result.stderr and "internal to pgbridge" in result.stderr
+
+
+def test_streaming_freezes_what_exists_and_collects_cycles_seventy_times_less_often() -> None:
+    """``pgbridge run`` tunes the cyclic collector before the first session (cli._tune_collector)."""
+    before = gc.get_threshold()
+    try:
+        cli._tune_collector()
+        assert gc.get_threshold() == (cli.COLLECT_AFTER_ALLOCATIONS, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -342,6 +342,19 @@ def test_a_long_row_grows_past_the_kernels_stack_buffer() -> None:
     assert len(records[0][2]) > 110_000
 
 
+@pytest.mark.parametrize("odd", [b"\xc3\xa9", b"\xff", b"\x80"], ids=["utf8", "invalid", "continuation"])
+def test_a_non_ascii_byte_anywhere_in_a_string_leaves_the_kernel_to_python(odd: bytes) -> None:
+    """The kernel tests strings for ASCII eight bytes at a time, then byte by byte: one byte past
+    0x7F in any word or in the tail, of any length, must go to Python's UTF-8 handling."""
+    canonical_row = [b"1", b"2", b"3", b"4", b"", b"v", b"u", b"1.5", b"t", b"1.5", b"1.5", b"1.00", b"1.5", b"1",
+                     b"0.5", b"2024-01-01 00:00:00+00", b"2024-01-01 00:00:00", b"2024-01-01", b"00:00:01", b"{}"]
+    for length in range(0, 26):
+        for at in range(length + 1):
+            text = b"a" * at + odd + b"b" * (length - at)
+            row = TupleData(b"t" * len(COLUMNS), (*canonical_row[:4], text, *canonical_row[5:]))
+            same_both_ways(RowChange("c", KEYED, Lsn(1), None, None, row))
+
+
 def test_known_values_decode_to_what_the_types_table_says() -> None:
     values = {"i8": b"-9223372036854775808", "i4": b"2147483647", "i2": b"-32768", "o": b"4294967295",
               "t": "naïve ☃".encode(), "vc": b"abc", "u": b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
