@@ -1,13 +1,21 @@
 """A Kafka-protocol proxy for fault tests: one broker behind it, one fault in front of it.
 
-Every request goes to the broker and every response back, in order, except the first Produce
-request to one partition (``fault``). That one is never forwarded: the proxy answers it
-NOT_LEADER_OR_FOLLOWER, as a broker does for a partition it does not lead yet, and it answers only
-once the next Produce request to that partition has gone to the broker (or after ``hold_s``). So
-the client sees what librdkafka saw on a partition created moments before (publish/producer.py,
-``unproven``): its first batch refused while the second, already sent, is accepted as the
-partition's first. The broker must advertise the proxy's address (``advertised.listeners``), so
-that the clients' connections after the bootstrap come here too.
+Every request goes to the broker and every response back, except the first Produce request to
+one partition (``fault``). That one is never forwarded: the proxy answers it NOT_LEADER_OR_FOLLOWER,
+as a broker does for a partition it does not lead yet, and it answers only once the next Produce
+request to that partition has gone to the broker (or after ``hold_s``). So the client sees what
+librdkafka saw on a partition created moments before (publish/producer.py, ``unproven``): its first
+batch refused while the second, already sent, is accepted as the partition's first. The broker
+must advertise the proxy's address (``advertised.listeners``), so that the clients' connections
+after the bootstrap come here too.
+
+While the refusal waits, the answers to other requests on the connection go back as they come
+(librdkafka matches answers by correlation id); only the fault partition's next answer waits
+behind the refusal. Held in request order instead, they can fill the idempotent producer's five
+requests in flight per connection, and the second row's batch, the one that releases the refusal,
+is never sent: once in a full suite run under load, with exactly-once, librdkafka timed out "4
+in-flight, 1 out-queue" requests after 30 s and the test saw a timeout instead of the unproven
+delivery it is about.
 
 Only what the fault needs is parsed: request headers, and the first topic and partition of a
 Produce request (versions 9 to 12, which name topics; librdkafka 2.16 sends 10). Responses are
@@ -21,6 +29,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 
 PRODUCE = 0
@@ -118,6 +127,8 @@ class _Held:
 
 
 _BROKER = object()  # the next response comes from the broker
+_FAULT = object()  # ... and answers a Produce to the fault partition: it follows the refusal
+_WAKE = object()  # no request for a while: time to check the refusal's hold
 
 
 class KafkaProxy:
@@ -182,9 +193,10 @@ class KafkaProxy:
                 if held is not None:
                     order.put(held)
                     continue
-                order.put(_BROKER)
+                to_fault = target is not None and target[1:] == self.fault
+                order.put(_FAULT if to_fault else _BROKER)
                 upstream.sendall(struct.pack(">i", len(frame)) + frame)
-                if target is not None and target[1:] == self.fault:
+                if to_fault:
                     self._release()
         except OSError:
             pass
@@ -209,17 +221,39 @@ class KafkaProxy:
                 self.released.set()
 
     def _answer(self, client: socket.socket, upstream: socket.socket, order: queue.Queue[object]) -> None:
-        """Responses in request order: the broker's, and the refusal in its place."""
+        """The broker's responses as they come, and the refusal once released (or after the hold),
+        always before the answer to the fault partition's next request."""
+        held: _Held | None = None
+        deadline = 0.0
+
+        def refuse() -> None:
+            nonlocal held
+            assert held is not None
+            held.release.wait(max(0.0, deadline - time.monotonic()))
+            client.sendall(held.response)
+            self.refused.set()
+            held = None
+
         try:
-            while (entry := order.get()) is not None:
+            while True:
+                try:
+                    entry = order.get(timeout=0.05 if held is not None else None)
+                except queue.Empty:
+                    entry = _WAKE
+                if held is not None and (held.release.is_set() or time.monotonic() >= deadline):
+                    refuse()
+                if entry is _WAKE:
+                    continue
+                if entry is None:
+                    break
                 if isinstance(entry, _Held):
-                    entry.release.wait(self.hold_s)
-                    client.sendall(entry.response)
-                    self.refused.set()
+                    held, deadline = entry, time.monotonic() + self.hold_s
                     continue
                 frame = read_frame(upstream)
                 if frame is None:
                     break
+                if entry is _FAULT and held is not None:
+                    refuse()
                 client.sendall(struct.pack(">i", len(frame)) + frame)
         except OSError:
             pass
