@@ -565,6 +565,10 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
             except LeadershipLost as exc:
                 session.publisher.check_fenced()  # frozen while a standby took over: stop, never commit
                 health.last_error = str(exc)
+                # The lease's Postgres session ended (a restart, a network cut, a terminated backend):
+                # a session torn down for a transient Postgres failure like any other, whichever of
+                # the two connections noticed first.
+                metrics.reconnects.labels(reconnect_target(exc)).inc()
                 log.warning("leadership lost; standing by", extra={"error": str(exc)})
                 session.close()
                 continue

@@ -127,3 +127,40 @@ def test_the_standby_takes_over_when_the_active_replica_is_killed(pg_dsn: str, k
     finally:
         for replica in replicas:
             replica.kill()
+
+
+def test_a_lost_lease_session_is_counted_as_a_postgres_reconnect_and_streaming_resumes(
+        pg_dsn: str, kafka_broker: Broker, topic_prefix: str) -> None:
+    """The leader lock's own Postgres session ending (here its backend terminated; in production a
+    restart or a network cut, which the replication connection may notice second) tears the session
+    down like any transient Postgres failure: counted in ``pgbridge_reconnects_total{target=
+    "postgres"}``, the lock taken again, streaming resumed, nothing lost."""
+    # given: one streaming replica
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    env = bridge_env(pg_dsn, kafka_broker.bootstrap, topic_prefix,
+                     extra={"PGBRIDGE_POSTGRES__TABLES": "public.t", "PGBRIDGE_SNAPSHOT__MODE": "never"})
+    with BridgeProcess(env).start(http=True) as bridge:
+        port = bridge.http_port
+        assert port is not None
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=60, message="the replica never streamed")
+        execute(pg_dsn, "INSERT INTO t VALUES (1)")
+        wait_published(pg_dsn, topic_prefix)
+        before = metric(scrape(port), "pgbridge_reconnects_total", target="postgres")
+        # when: the lock's session is terminated, the replication connection left alone
+        terminated = execute(pg_dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                     " WHERE datname = current_database() AND application_name = 'pgbridge-leader'")
+        assert terminated[0][0] == 1
+        # then: counted as a Postgres reconnect, the lock taken again and streaming resumed
+        wait_until(lambda: metric(scrape(port), "pgbridge_reconnects_total", target="postgres") > before,
+                   timeout=30, message=f"a lost lease session was not counted as a reconnect:\n{bridge.log()}")
+        wait_until(lambda: "leadership lost; standing by" in bridge.log(), timeout=10,
+                   message="the lost lease session did not stand the replica by")
+        wait_until(lambda: status(port, "/streamingz") == 200, timeout=TAKEOVER_BOUND_S,
+                   message="the replica never streamed again")
+        execute(pg_dsn, "INSERT INTO t VALUES (2)")
+        wait_published(pg_dsn, topic_prefix)
+        assert bridge.terminate() == 0, bridge.log()
+    store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+    rows = read_topic(kafka_broker.bootstrap, f"{topic_prefix}.public.t", min_count=2, timeout=30)
+    assert sorted(store.decode(r.value)["after"]["id"] for r in rows if r.value is not None) == [1, 2]
