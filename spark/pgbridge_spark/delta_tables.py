@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final
@@ -42,6 +43,8 @@ USER_METADATA: Final = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID: Final = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION: Final = "spark.databricks.delta.write.txnVersion"
 HISTORY_DEPTH: Final = 50
+# A Delta log's commit (00000000000000000000.json) or checkpoint (...checkpoint[.part].parquet, v2 ones too).
+_COMMIT_OR_CHECKPOINT: Final = re.compile(r"\d{20}\.(json|checkpoint(\..+)?\.parquet)")
 # New mirror tables: renames and drops in place (column mapping), MERGE without rewriting whole
 # files (deletion vectors), int → long and wider decimals in place (type widening).
 TABLE_PROPERTIES: Final[Mapping[str, str]] = {
@@ -103,10 +106,31 @@ def last_progress(spark: SparkSession, path: str) -> tuple[TableProgress, int] |
 def create_table(spark: SparkSession, path: str, schema: StructType,
                  properties: Mapping[str, str] = TABLE_PROPERTIES) -> None:
     """An empty Delta table at ``path`` (kept if one is already there)."""
+    _drop_log_without_commit(spark, path)
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in properties.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def _drop_log_without_commit(spark: SparkSession, path: str) -> None:
+    """Remove ``path/_delta_log`` when it holds no commit and no checkpoint.
+
+    A driver killed while it created the table can leave the folder without its first commit (the
+    cluster kill test saw it on HDFS), and Delta then refuses ``createIfNotExists`` there with
+    DELTA_TABLE_NOT_FOUND on every later run. Nothing was ever committed to such a log, so no data
+    or progress is lost by removing it; the job is the table's only writer."""
+    session: Any = spark  # py4j's gateway: Hadoop's FileSystem (local, hdfs://, s3a:// alike)
+    log_path = session._jvm.org.apache.hadoop.fs.Path(f"{path.rstrip('/')}/_delta_log")
+    fs = log_path.getFileSystem(session._jsc.hadoopConfiguration())
+    if not fs.exists(log_path):
+        return
+    names = [status.getPath().getName() for status in fs.listStatus(log_path)]
+    if any(_COMMIT_OR_CHECKPOINT.fullmatch(name) for name in names):
+        return
+    log.warning("removing a Delta log without a commit (a creation interrupted earlier)",
+                extra={"path": path, "files": names})
+    fs.delete(log_path, True)
 
 
 def convert_parquet(spark: SparkSession, path: str) -> None:

@@ -237,3 +237,20 @@ def test_tables_committing_at_once_each_carry_their_own_commit_options(spark: An
         assert last["userMetadata"] == f"metadata of t{i}"
         assert spark.read.format("delta").load(path).select("v").collect()[0]["v"] == f"t{i}-2"
     assert spark.conf.get(delta_tables.USER_METADATA, None) is None  # the job's own session untouched
+
+
+@pytest.mark.parametrize("left", [(), ("_commit.json.tmp",), ("00000000000000000000.crc",)],
+                         ids=["empty", "temporary-file", "checksum-only"])
+def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created(
+        spark: Any, tmp_path: Path, left: tuple[str, ...]) -> None:
+    """A driver killed while it created a table can leave ``_delta_log`` without a commit (seen on
+    HDFS in the cluster kill test): the next run creates the table there instead of failing on it."""
+    path = tmp_path / "public.notes"
+    (path / "_delta_log").mkdir(parents=True)
+    for name in left:
+        (path / "_delta_log" / name).write_text("{}")
+    schema = table_schema(ROW, POSITION_FIELDS)
+    delta_tables.create_table(spark, str(path), schema)
+    assert DeltaTable.forPath(spark, str(path)).toDF().schema == schema
+    delta_tables.create_table(spark, str(path), schema)  # and a table already there is kept
+    assert DeltaTable.forPath(spark, str(path)).history().count() == 1
