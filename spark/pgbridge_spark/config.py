@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from pgbridge_spark.kafka import schema_reader_options, topic_name
+from pgbridge_spark.kafka import StoreReader, schema_reader_options, topic_name
 
 MODES: Final = ("mirror", "changelog")
 TABLE_FORMATS: Final = ("delta", "iceberg")  # formats.table_format
@@ -62,9 +62,10 @@ class MirrorConfig:
         if self.schema_registry_url is None:  # records name their schemas by fingerprint: _schemas is read
             self.reader_options()  # refuse at start what the schema reader cannot be given
 
-    def reader_options(self) -> dict[str, str]:
-        """The schema reader's librdkafka properties (raises ``UnsupportedKafkaOption``)."""
-        return schema_reader_options(self.kafka_options, self.schema_reader_options)
+    def reader_options(self, read_store: StoreReader | None = None) -> dict[str, str]:
+        """The schema reader's librdkafka properties (raises ``UnsupportedKafkaOption``); Java
+        stores are read by ``read_store`` (``java_stores.jvm_store_reader``), left out without one."""
+        return schema_reader_options(self.kafka_options, self.schema_reader_options, read_store)
 
     @property
     def transactions_topic(self) -> str:

@@ -19,7 +19,8 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -110,8 +111,30 @@ _HOW_TO_BYPASS: Final = ("give the schema reader its librdkafka properties with 
                          "Registry (--schema-registry-url)")
 
 
-def schema_reader_options(kafka_options: Mapping[str, str],
-                          reader_options: Mapping[str, str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class JavaStore:
+    """A Java key or trust store file (JKS, PKCS12, ...) named by ``--kafka-option``. librdkafka
+    reads none of them but PKCS12 key stores; the driver's JVM reads them all (``java_stores``)."""
+
+    location: str
+    kind: str  # ssl.truststore.type / ssl.keystore.type, Kafka's default JKS
+    password: str | None = None  # the store's
+    key_password: str | None = None  # the private key's (key stores); None: the store's
+
+
+@dataclass(frozen=True)
+class PemStore:
+    """What librdkafka is given instead of a Java store: certificates, and a key store's private key."""
+
+    certificates: str  # PEM: a trust store's trusted certificates, or a key store's chain
+    key: str | None = None  # PEM, PKCS#8, unencrypted (held in memory, never written)
+
+
+StoreReader = Callable[[JavaStore, bool], PemStore]  # (store, is a key store) -> its PEM
+
+
+def schema_reader_options(kafka_options: Mapping[str, str], reader_options: Mapping[str, str] | None = None,
+                          read_store: StoreReader | None = None) -> dict[str, str]:
     """librdkafka properties for the schema reader, from the job's ``--kafka-option`` properties.
 
     ``--kafka-option`` takes the Java consumer's properties, as Spark's ``kafka`` source does; the
@@ -119,17 +142,20 @@ def schema_reader_options(kafka_options: Mapping[str, str],
     The connection settings are translated (a PLAIN or SCRAM ``sasl.jaas.config`` to
     ``sasl.username``/``sasl.password``, PEM trust and key stores to ``ssl.ca.location`` /
     ``ssl.certificate.location`` / ``ssl.key.location``, a PKCS#12 key store as it is) and the
-    tuning left to Spark's consumer. A connection setting librdkafka has no equivalent for (a JKS
-    store, another login module) raises ``UnsupportedKafkaOption`` naming the way around it:
-    ``reader_options``, when given, are the reader's properties instead and nothing is translated.
+    tuning left to Spark's consumer. A store librdkafka cannot read (JKS, Kafka's default type; a
+    PKCS#12 trust store) is read by ``read_store`` into ``ssl.ca.pem`` / ``ssl.certificate.pem`` +
+    ``ssl.key.pem``; without a reader (the check at start, before the JVM is up) such a store is
+    left out. A setting librdkafka has no equivalent for (another login module) raises
+    ``UnsupportedKafkaOption`` naming the way around it: ``reader_options``, when given, are the
+    reader's properties instead and nothing is translated.
     """
     if reader_options:
         return dict(reader_options)
     out = {key: value for key, value in kafka_options.items() if key in _SAME_IN_BOTH}
     if "sasl.jaas.config" in kafka_options:
         out.update(_jaas_credentials(kafka_options["sasl.jaas.config"]))
-    out.update(_trust(kafka_options))
-    out.update(_identity(kafka_options))
+    out.update(_trust(kafka_options, read_store))
+    out.update(_identity(kafka_options, read_store))
     algorithm = kafka_options.get("ssl.endpoint.identification.algorithm")
     if algorithm is not None:
         out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
@@ -149,22 +175,22 @@ def _jaas_credentials(jaas: str) -> dict[str, str]:
     return {"sasl.username": pairs["username"], "sasl.password": pairs["password"]}
 
 
-def _trust(java: Mapping[str, str]) -> dict[str, str]:
+def _trust(java: Mapping[str, str], read_store: StoreReader | None) -> dict[str, str]:
     """The CA certificates librdkafka verifies the broker with, from the Java trust store settings."""
     if "ssl.truststore.certificates" in java:
         return {"ssl.ca.pem": java["ssl.truststore.certificates"]}
     if "ssl.truststore.location" not in java:
         return {}
     kind = java.get("ssl.truststore.type", "JKS").upper()
-    if kind != "PEM":
-        raise UnsupportedKafkaOption(
-            f"--kafka-option ssl.truststore.location: a {kind} trust store cannot be read by the job's schema "
-            "reader (librdkafka); give the CA certificates as a PEM file (ssl.truststore.type=PEM, which Kafka's "
-            f"Java client reads too), or {_HOW_TO_BYPASS}")
-    return {"ssl.ca.location": java["ssl.truststore.location"]}
+    if kind == "PEM":
+        return {"ssl.ca.location": java["ssl.truststore.location"]}
+    if read_store is None:
+        return {}
+    store = JavaStore(java["ssl.truststore.location"], kind, java.get("ssl.truststore.password"))
+    return {"ssl.ca.pem": read_store(store, False).certificates}
 
 
-def _identity(java: Mapping[str, str]) -> dict[str, str]:
+def _identity(java: Mapping[str, str], read_store: StoreReader | None) -> dict[str, str]:
     """The client certificate and key (mutual TLS), from the Java key store settings."""
     out: dict[str, str] = {}
     if "ssl.keystore.certificate.chain" in java:
@@ -181,10 +207,10 @@ def _identity(java: Mapping[str, str]) -> dict[str, str]:
         elif kind == "PEM":  # Kafka's PEM key store: the key and its certificate chain in one file
             out["ssl.certificate.location"] = location
             out["ssl.key.location"] = location
-        else:
-            raise UnsupportedKafkaOption(
-                f"--kafka-option ssl.keystore.location: a {kind} key store cannot be read by the job's schema "
-                f"reader (librdkafka); use a PKCS12 or PEM key store (ssl.keystore.type), or {_HOW_TO_BYPASS}")
+        elif read_store is not None:  # the key comes out decrypted: ssl.key.password is not passed on
+            pem = read_store(JavaStore(location, kind, java.get("ssl.keystore.password"),
+                                       java.get("ssl.key.password")), True)
+            return {"ssl.certificate.pem": pem.certificates, "ssl.key.pem": pem.key or ""}
     if "ssl.key.password" in java and ("ssl.key.location" in out or "ssl.key.pem" in out):
         out["ssl.key.password"] = java["ssl.key.password"]
     return out

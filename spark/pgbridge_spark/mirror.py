@@ -60,6 +60,7 @@ from pgbridge_spark.delta_tables import MissingDelta
 from pgbridge_spark.evolution import plan_schema, table_schema
 from pgbridge_spark.formats import Commit, table_format, table_uri
 from pgbridge_spark.iceberg_tables import MissingIceberg
+from pgbridge_spark.java_stores import jvm_store_reader
 from pgbridge_spark.jvm_decode import (
     JvmDecodeUnavailable,
     MissingSparkAvro,
@@ -159,7 +160,8 @@ class MirrorJob:
         self.on_batch = on_batch
         self.tables = table_format(config.table_format)
         self.catalog = SchemaCatalog(
-            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, config.reader_options()),
+            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix,
+                                                   config.reader_options(jvm_store_reader(spark))),
             registry_url=config.schema_registry_url)
         self._key_ids: dict[str, str] = {}
         self._texts: Mapping[str, str] = {}

@@ -5,7 +5,8 @@ is librdkafka, which knows credentials and trust stores by other names
 (``kafka.schema_reader_options`` translates them). The pure tests pin the translation; the broker
 tests give the Java properties a Spark user writes for each secured listener (TLS, mutual TLS,
 SASL/SCRAM over TLS: ``tests.support.secure_kafka``) and show the schema reader gets through with
-what the job derives from them, and the whole job mirrors a table through the SCRAM listener.
+what the job derives from them, JKS stores read by the driver's JVM (``java_stores``) included, and
+the whole job mirrors a table through the SCRAM listener given a JKS trust store.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from pgbridge_spark.config import MirrorConfig, parse_args
+from pgbridge_spark.java_stores import jvm_store_reader
 from pgbridge_spark.kafka import (
+    JavaStore,
+    PemStore,
     UnsupportedKafkaOption,
     consumer_config,
     read_schema_topic,
@@ -65,16 +69,34 @@ def test_pem_and_pkcs12_key_stores_give_the_client_certificate() -> None:
     assert schema_reader_options(pkcs12) == {"ssl.keystore.location": "/k/c.p12", "ssl.keystore.password": "sp"}
 
 
-@pytest.mark.parametrize(("java", "named"), [
-    ({"ssl.truststore.location": "/etc/ca.jks"}, "a JKS trust store cannot be read"),
-    ({"ssl.keystore.location": "/k/c.jks", "ssl.keystore.type": "JKS"}, "a JKS key store cannot be read"),
-    ({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"},
-     "not org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"),
+def test_java_stores_are_read_by_the_store_reader_and_left_out_without_one() -> None:
+    read: list[tuple[JavaStore, bool]] = []
+
+    def reader(store: JavaStore, key_store: bool) -> PemStore:
+        read.append((store, key_store))
+        return PemStore("CHAIN" if key_store else "CAS", "KEY" if key_store else None)
+
+    java = {"security.protocol": "SSL", "ssl.truststore.location": "/etc/ca.jks", "ssl.truststore.password": "tp",
+            "ssl.keystore.location": "/k/c.jks", "ssl.keystore.password": "sp", "ssl.key.password": "kp"}
+    # Kafka's default type (JKS) when none is given; the key comes decrypted, so no key password
+    assert schema_reader_options(java, read_store=reader) == {
+        "security.protocol": "SSL", "ssl.ca.pem": "CAS", "ssl.certificate.pem": "CHAIN", "ssl.key.pem": "KEY"}
+    assert read == [(JavaStore("/etc/ca.jks", "JKS", "tp"), False), (JavaStore("/k/c.jks", "JKS", "sp", "kp"), True)]
+    # a PKCS12 trust store too (librdkafka reads PKCS12 key stores only)
+    assert schema_reader_options({"ssl.truststore.location": "/etc/ca.p12", "ssl.truststore.type": "pkcs12"},
+                                 read_store=reader) == {"ssl.ca.pem": "CAS"}
+    # the check at start, with no JVM yet: accepted, and left out
+    assert schema_reader_options(java) == {"security.protocol": "SSL"}
+
+
+@pytest.mark.parametrize("jaas", [
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+    'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k/m.keytab" principal="m@R";',
 ])
-def test_what_librdkafka_cannot_take_is_refused_naming_the_way_around(java: dict[str, str], named: str) -> None:
+def test_a_login_module_librdkafka_cannot_take_is_refused_naming_the_way_around(jaas: str) -> None:
     with pytest.raises(UnsupportedKafkaOption) as refused:
-        schema_reader_options(java)
-    assert named in str(refused.value)
+        schema_reader_options({"sasl.jaas.config": jaas})
+    assert f"not {jaas.split()[0]}" in str(refused.value)
     assert "--schema-reader-option" in str(refused.value) and "--schema-registry-url" in str(refused.value)
 
 
@@ -85,18 +107,21 @@ def test_schema_reader_options_replace_the_translation() -> None:
 
 def test_the_command_line_refuses_an_untranslatable_option_at_start_unless_a_registry_names_the_schemas(
         capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["--bootstrap-servers", "k:9093", "--output", "/o", "--checkpoint", "/c",
-            "--kafka-option", "ssl.truststore.location=/etc/ca.jks"]
+    oauth = "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    base = ["--bootstrap-servers", "k:9093", "--output", "/o", "--checkpoint", "/c", "--kafka-option", oauth]
     with pytest.raises(SystemExit) as exited:
         parse_args(base)
     assert exited.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("python -m pgbridge_spark.mirror: error: --kafka-option ssl.truststore.location: a JKS "
-                            "trust store cannot be read"), error
+    assert error.startswith("python -m pgbridge_spark.mirror: error: --kafka-option sasl.jaas.config: the job's "
+                            "schema reader (librdkafka) takes"), error
     config, _args = parse_args([*base, "--schema-registry-url", "http://registry:8081"])
-    assert config.kafka_options == {"ssl.truststore.location": "/etc/ca.jks"}
-    config, _args = parse_args([*base, "--schema-reader-option", "ssl.ca.location=/etc/ca.pem"])
-    assert config.reader_options() == {"ssl.ca.location": "/etc/ca.pem"}
+    assert config.kafka_options == {"sasl.jaas.config": oauth.split("=", 1)[1]}
+    config, _args = parse_args([*base, "--schema-reader-option", "sasl.oauthbearer.method=oidc"])
+    assert config.reader_options() == {"sasl.oauthbearer.method": "oidc"}
+    # a JKS trust store is accepted at start: the driver's JVM reads it when the job runs
+    config, _args = parse_args([*base[:6], "--kafka-option", "ssl.truststore.location=/etc/ca.jks"])
+    assert config.reader_options() == {}
     with pytest.raises(SystemExit):
         parse_args([*base[:6], "--kafka-option", "security.protocol"])
     assert "--kafka-option takes KEY=VALUE, not 'security.protocol'" in capsys.readouterr().err
@@ -135,6 +160,33 @@ def test_the_schema_reader_gets_through_each_listener_with_the_java_properties(
 
 @pytest.mark.spark
 @pytest.mark.integration
+@pytest.mark.parametrize("mode", ["tls", "mtls"])
+def test_the_driver_reads_jks_stores_for_the_schema_reader(spark: Any, secure_kafka: SecureKafka, mode: str,
+                                                          tmp_path: Path) -> None:
+    # given: the schemas, and the Java properties with JKS stores (a client key on mutual TLS)
+    prefix = f"jks{secrets.token_hex(4)}"
+    schemas = {"00aa11bb22cc33dd": '{"type": "record", "name": "a", "fields": []}'}
+    _write_schemas(secure_kafka.cluster.bootstrap, f"{prefix}._schemas", schemas)
+    java = secure_kafka.java_store_properties(mode, tmp_path)
+    # when: the stores are read by the driver's JVM
+    reader = schema_reader_options(java, read_store=jvm_store_reader(spark))
+    # then: librdkafka gets PEM text, no file and no key password, and gets through
+    assert reader["ssl.ca.pem"].startswith("-----BEGIN CERTIFICATE-----")
+    assert not any(key.endswith((".location", ".password")) for key in reader), sorted(reader)
+    if mode == "mtls":
+        assert reader["ssl.key.pem"].startswith("-----BEGIN PRIVATE KEY-----")
+    assert read_schema_topic(secure_kafka.bootstrap(mode), prefix, reader) == schemas
+    # ... and a wrong store password is one line naming the store, never the password
+    wrong = {**java, "ssl.truststore.password": "not-the-password"}
+    with pytest.raises(UnsupportedKafkaOption) as refused:
+        schema_reader_options(wrong, read_store=jvm_store_reader(spark))
+    message = str(refused.value)
+    assert java["ssl.truststore.location"] in message and "password was incorrect" in message, message
+    assert "not-the-password" not in message and java["ssl.truststore.password"] not in message
+
+
+@pytest.mark.spark
+@pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_the_job_mirrors_through_a_sasl_ssl_listener_given_only_java_properties(
         spark: Any, secure_kafka: SecureKafka, pg_dsn: str, topic_prefix: str, tmp_path: Path) -> None:
@@ -150,10 +202,11 @@ def test_the_job_mirrors_through_a_sasl_ssl_listener_given_only_java_properties(
             conn.execute("DELETE FROM items WHERE id % 5 = 0")
         wait_published(pg_dsn, topic_prefix)
         assert bridge.terminate() == 0, bridge.log()
-    # when: the job reads through the SCRAM listener with the Java properties a Spark user writes
+    # when: the job reads through the SCRAM listener with the Java properties a Spark user writes,
+    # a JKS trust store (Kafka's default type) among them
     config = MirrorConfig(bootstrap_servers=secure_kafka.bootstrap("scram"), prefix=topic_prefix,
                           output=str(tmp_path / "mirror"), checkpoint=str(tmp_path / "checkpoint"),
-                          kafka_options=secure_kafka.java_properties("scram"))
+                          kafka_options=secure_kafka.java_store_properties("scram", tmp_path))
     run_available_now(MirrorJob(spark, config))
     # then
     assert_mirrored(pg_dsn, tmp_path / "mirror", "public.items")

@@ -15,7 +15,7 @@ from pathlib import Path
 from jvm.fetch import classpath
 
 from pgbridge.embedded.apache_kafka import KafkaCluster, start_kafka
-from tests.support.tls import CertificateAuthority, Issued
+from tests.support.tls import CertificateAuthority, Issued, jks_key_store, jks_trust_store
 
 SCRAM_USER = "pgbridge"
 MODES = ("tls", "mtls", "scram")
@@ -58,6 +58,21 @@ class SecureKafka:
         return {"security.protocol": "SASL_SSL", **tls, "sasl.mechanism": "SCRAM-SHA-512",
                 "sasl.jaas.config": ("org.apache.kafka.common.security.scram.ScramLoginModule required "
                                      f'username="{SCRAM_USER}" password="{self.scram_password}";')}
+
+    def java_store_properties(self, mode: str, directory: Path) -> dict[str, str]:
+        """``java_properties`` with JKS stores made under ``directory``: Kafka's default store type,
+        so ``ssl.truststore.type`` is not given. The stores have passwords of their own."""
+        store_password, key_password = secrets.token_hex(8), secrets.token_hex(8)
+        properties = {key: value for key, value in self.java_properties(mode).items()
+                      if not key.startswith(("ssl.truststore.", "ssl.keystore.", "ssl.key."))}
+        trust = jks_trust_store(self.ca.ca_cert, directory / f"{mode}-trust.jks", store_password)
+        properties |= {"ssl.truststore.location": str(trust), "ssl.truststore.password": store_password}
+        if mode == "mtls":
+            keys = jks_key_store(self.client, self.key_password, directory / f"{mode}-keys.jks", store_password,
+                                 key_password)
+            properties |= {"ssl.keystore.location": str(keys), "ssl.keystore.password": store_password,
+                           "ssl.key.password": key_password}
+        return properties
 
     def close(self) -> None:
         self.cluster.close()

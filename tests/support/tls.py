@@ -1,21 +1,25 @@
 """A throwaway certificate authority for the TLS tests: a CA, server and client certificates as PEM files.
 
 Made with the ``cryptography`` package (already a dependency of the environment) so no test needs
-the openssl CLI or a Java keystore: Postgres, Apache Kafka (``ssl.keystore.type=PEM``), Python's
-``ssl`` and librdkafka all read PEM. Keys are EC P-256: generating them takes microseconds, where
-RSA would add seconds to every test on a loaded 2-core machine.
+the openssl CLI: Postgres, Apache Kafka (``ssl.keystore.type=PEM``), Python's ``ssl`` and
+librdkafka all read PEM. Keys are EC P-256: generating them takes microseconds, where RSA would add
+seconds to every test on a loaded 2-core machine. ``jks_trust_store`` and ``jks_key_store`` make
+the same certificates into JKS files (the JDK's ``keytool``), the Java clients' default store type.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = datetime.timedelta(days=2)
@@ -105,4 +109,36 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-__all__ = ["CertificateAuthority", "Issued"]
+def _keytool(*args: str) -> None:
+    keytool = shutil.which("keytool")
+    assert keytool is not None, "keytool (the JDK's) is not on PATH: make deps installs the JDK"
+    done = subprocess.run([keytool, *args, "-noprompt"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"keytool {args[0]} failed: {done.stdout}{done.stderr}"
+
+
+def jks_trust_store(ca_cert: Path, path: Path, password: str) -> Path:
+    """A JKS trust store at ``path`` holding ``ca_cert`` as a trusted certificate entry."""
+    _keytool("-importcert", "-alias", "ca", "-file", str(ca_cert), "-keystore", str(path), "-storetype", "JKS",
+             "-storepass", password)
+    return path
+
+
+def jks_key_store(issued: Issued, pem_password: str | None, path: Path, password: str, key_password: str) -> Path:
+    """A JKS key store at ``path``: ``issued``'s key (under ``key_password``) and certificate, by way
+    of a PKCS#12 file that keytool converts."""
+    key = serialization.load_pem_private_key(issued.key.read_bytes(), pem_password.encode() if pem_password else None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    cert = x509.load_pem_x509_certificate(issued.cert.read_bytes())
+    p12 = path.with_suffix(".p12")
+    p12.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"client", key, cert, None, serialization.BestAvailableEncryption(password.encode())))
+    try:
+        _keytool("-importkeystore", "-srckeystore", str(p12), "-srcstoretype", "PKCS12", "-srcstorepass", password,
+                 "-destkeystore", str(path), "-deststoretype", "JKS", "-deststorepass", password,
+                 "-destkeypass", key_password)
+    finally:
+        p12.unlink()
+    return path
+
+
+__all__ = ["CertificateAuthority", "Issued", "jks_key_store", "jks_trust_store"]
