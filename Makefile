@@ -32,10 +32,11 @@ lint: install
 	$(VENV)/bin/ruff check service tests bench spark jvm setup.py
 	$(VENV)/bin/mypy
 
-# Two workers (pytest-xdist), one per core: with both, the CPUs are 84-86% busy over a run; a third
-# only makes them busier (92%), not the run shorter (README).
-# tests/conftest.py starts the long tests first and keeps tests sharing a costly server on one worker.
-TEST_WORKERS ?= 2
+# Three workers (pytest-xdist) on the two cores: with two the CPUs idle 18% of a run (tests waiting on
+# servers, Spark's drivers between jobs); a third fills that and ends a run about 2 minutes sooner
+# (README, "Running the tests"). tests/conftest.py starts the long tests first and keeps tests
+# sharing a costly server on one worker.
+TEST_WORKERS ?= 3
 test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 

@@ -92,7 +92,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          scope="session")
 
 
-# Long tests first, so that with two workers (make test: pytest-xdist) the last minutes are not
+# Long tests first, so that with several workers (make test: pytest-xdist) the last minutes are not
 # one worker alone on a long test: the cluster mirror tests, then the other Spark jobs, then tests
 # marked slow; the rest (most of them short) after, in their order.
 FIRST: Final = ("cluster", "spark", "slow")
