@@ -103,8 +103,14 @@ class UnsupportedKafkaOption(ValueError):
 # schema reader, reading one small topic once, has no use for.
 _SAME_IN_BOTH: Final = frozenset({"security.protocol", "sasl.mechanism", "client.id", "client.rack",
                                   "sasl.kerberos.service.name"})
-_JAAS: Final = re.compile(r"^\s*org\.apache\.kafka\.common\.security\.(?:plain\.PlainLoginModule|"
-                          r"scram\.ScramLoginModule)\s+required(?P<pairs>.*?);?\s*$", re.DOTALL)
+_JAAS: Final = re.compile(r"^\s*(?P<module>[\w.$]+)\s+required(?P<pairs>.*?);?\s*$", re.DOTALL)
+_PASSWORD_MODULES: Final = frozenset({"org.apache.kafka.common.security.plain.PlainLoginModule",
+                                      "org.apache.kafka.common.security.scram.ScramLoginModule"})
+_OAUTH_MODULE: Final = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# Kafka's login callback handler that fetches tokens from sasl.oauthbearer.token.endpoint.url
+# (KIP-768; in ...oauthbearer.secured before Kafka 3.4, where it still is as a subclass)
+_OIDC_HANDLER: Final = re.compile(r"org\.apache\.kafka\.common\.security\.oauthbearer\.(?:secured\.)?"
+                                  r"OAuthBearerLoginCallbackHandler")
 _JAAS_PAIR: Final = re.compile(r'(?P<key>[A-Za-z_.]+)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
 _HOW_TO_BYPASS: Final = ("give the schema reader its librdkafka properties with --schema-reader-option (they "
                          "replace what the job derives from --kafka-option), or read schemas from a Schema "
@@ -140,12 +146,13 @@ def schema_reader_options(kafka_options: Mapping[str, str], reader_options: Mapp
     ``--kafka-option`` takes the Java consumer's properties, as Spark's ``kafka`` source does; the
     schema reader is librdkafka, whose names differ where it matters most: credentials and trust.
     The connection settings are translated (a PLAIN or SCRAM ``sasl.jaas.config`` to
-    ``sasl.username``/``sasl.password``, PEM trust and key stores to ``ssl.ca.location`` /
+    ``sasl.username``/``sasl.password``, an OAUTHBEARER one to librdkafka's ``oidc`` method or
+    unsecured token (``_oauthbearer``), PEM trust and key stores to ``ssl.ca.location`` /
     ``ssl.certificate.location`` / ``ssl.key.location``, a PKCS#12 key store as it is) and the
     tuning left to Spark's consumer. A store librdkafka cannot read (JKS, Kafka's default type; a
     PKCS#12 trust store) is read by ``read_store`` into ``ssl.ca.pem`` / ``ssl.certificate.pem`` +
     ``ssl.key.pem``; without a reader (the check at start, before the JVM is up) such a store is
-    left out. A setting librdkafka has no equivalent for (another login module) raises
+    left out. A setting librdkafka has no equivalent for (GSSAPI, another login module or handler) raises
     ``UnsupportedKafkaOption`` naming the way around it: ``reader_options``, when given, are the
     reader's properties instead and nothing is translated.
     """
@@ -153,7 +160,7 @@ def schema_reader_options(kafka_options: Mapping[str, str], reader_options: Mapp
         return dict(reader_options)
     out = {key: value for key, value in kafka_options.items() if key in _SAME_IN_BOTH}
     if "sasl.jaas.config" in kafka_options:
-        out.update(_jaas_credentials(kafka_options["sasl.jaas.config"]))
+        out.update(_login(kafka_options))
     out.update(_trust(kafka_options, read_store))
     out.update(_identity(kafka_options, read_store))
     algorithm = kafka_options.get("ssl.endpoint.identification.algorithm")
@@ -162,17 +169,60 @@ def schema_reader_options(kafka_options: Mapping[str, str], reader_options: Mapp
     return out
 
 
-def _jaas_credentials(jaas: str) -> dict[str, str]:
-    """``sasl.username``/``sasl.password`` from a PLAIN or SCRAM login module's JAAS line."""
+def _login(java: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka's credentials from the Java login module (``sasl.jaas.config``): a PLAIN or SCRAM
+    username and password, or OAUTHBEARER (``_oauthbearer``)."""
+    jaas = java["sasl.jaas.config"]
     match = _JAAS.match(jaas)
+    module = match["module"] if match else (jaas.split() or ["(empty)"])[0]
     pairs = ({m["key"]: re.sub(r"\\(.)", r"\1", m["value"]) for m in _JAAS_PAIR.finditer(match["pairs"])}
              if match else {})
-    if not match or "username" not in pairs or "password" not in pairs:
-        module = (jaas.split() or ["(empty)"])[0]
+    if match and module == _OAUTH_MODULE:
+        return _oauthbearer(java, pairs)
+    if not match or module not in _PASSWORD_MODULES or "username" not in pairs or "password" not in pairs:
         raise UnsupportedKafkaOption(
             f"--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes the username and "
-            f"password of PlainLoginModule or ScramLoginModule only, not {module}; {_HOW_TO_BYPASS}")
+            f"password of PlainLoginModule or ScramLoginModule, or OAuthBearerLoginModule, not {module}; "
+            f"{_HOW_TO_BYPASS}")
     return {"sasl.username": pairs["username"], "sasl.password": pairs["password"]}
+
+
+def _oauthbearer(java: Mapping[str, str], pairs: Mapping[str, str]) -> dict[str, str]:
+    """OAUTHBEARER as the Java client logs in, in librdkafka's words.
+
+    With Kafka's ``OAuthBearerLoginCallbackHandler`` the Java client fetches tokens from
+    ``sasl.oauthbearer.token.endpoint.url`` with the client credentials grant (``clientId``,
+    ``clientSecret``, ``scope`` in the login module, or Kafka 4.1's
+    ``sasl.oauthbearer.client.credentials.*`` properties): librdkafka's ``oidc`` method does the
+    same. Without a login callback handler it makes an unsecured token for
+    ``unsecuredLoginStringClaim_sub`` (development brokers): librdkafka's unsecured JWT. SASL
+    extensions (``extension_NAME``) go along either way. Another handler or grant is refused."""
+    handler = java.get("sasl.login.callback.handler.class", "").strip()
+    retriever = java.get("sasl.oauthbearer.jwt.retriever.class", "")
+    extensions = {key.removeprefix("extension_"): value for key, value in pairs.items()
+                  if key.startswith("extension_")}
+    if handler and _OIDC_HANDLER.fullmatch(handler) and "JwtBearer" not in retriever:
+        endpoint = java.get("sasl.oauthbearer.token.endpoint.url")
+        client_id = pairs.get("clientId") or java.get("sasl.oauthbearer.client.credentials.client.id")
+        secret = pairs.get("clientSecret") or java.get("sasl.oauthbearer.client.credentials.client.secret")
+        if endpoint and client_id and secret:
+            out = {"sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": endpoint,
+                   "sasl.oauthbearer.client.id": client_id, "sasl.oauthbearer.client.secret": secret}
+            scope = pairs.get("scope") or java.get("sasl.oauthbearer.scope")
+            if scope:
+                out["sasl.oauthbearer.scope"] = scope
+            if extensions:
+                out["sasl.oauthbearer.extensions"] = ",".join(f"{k}={v}" for k, v in extensions.items())
+            return out
+    elif not handler and "unsecuredLoginStringClaim_sub" in pairs:
+        config = " ".join([f"principal={pairs['unsecuredLoginStringClaim_sub']}",
+                           *(f"extension_{k}={v}" for k, v in extensions.items())])
+        return {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": config}
+    raise UnsupportedKafkaOption(
+        "--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes OAuthBearerLoginModule with "
+        "Kafka's OAuthBearerLoginCallbackHandler, sasl.oauthbearer.token.endpoint.url and a client id and secret "
+        "(the client credentials grant), or unsecuredLoginStringClaim_sub without a callback handler, not "
+        f"{'the handler ' + handler if handler else 'this login'}; {_HOW_TO_BYPASS}")
 
 
 def _trust(java: Mapping[str, str], read_store: StoreReader | None) -> dict[str, str]:

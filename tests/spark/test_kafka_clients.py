@@ -33,7 +33,7 @@ from pgbridge_spark.mirror import MirrorJob
 from tests.spark.mirror_support import assert_mirrored, run_available_now
 from tests.support.bridge import BridgeProcess, bridge_env
 from tests.support.postgres import wait_published
-from tests.support.secure_kafka import MODES, SecureKafka
+from tests.support.secure_kafka import MODES, OAUTH_MODES, SecureKafka
 
 SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="ann" '
               'password="p\\"w;d";')
@@ -89,15 +89,60 @@ def test_java_stores_are_read_by_the_store_reader_and_left_out_without_one() -> 
     assert schema_reader_options(java) == {"security.protocol": "SSL"}
 
 
-@pytest.mark.parametrize("jaas", [
-    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-    'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k/m.keytab" principal="m@R";',
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OIDC_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+
+
+def test_oauthbearer_with_kafkas_token_endpoint_handler_becomes_librdkafkas_oidc_method() -> None:
+    java = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.login.callback.handler.class": OIDC_HANDLER,
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+            "sasl.jaas.config": f'{OAUTH_MODULE} required clientId="mirror" clientSecret="s\\"3" scope="kafka" '
+                                'extension_logicalCluster="lkc-1" extension_identityPoolId="pool-2";'}
+    assert schema_reader_options(java) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+        "sasl.oauthbearer.client.id": "mirror", "sasl.oauthbearer.client.secret": 's"3',
+        "sasl.oauthbearer.scope": "kafka",
+        "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2"}
+    # Kafka 4.1's properties for the client credentials, and the handler's pre-3.4 package
+    java41 = {"sasl.login.callback.handler.class": OIDC_HANDLER.replace("oauthbearer.", "oauthbearer.secured."),
+              "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+              "sasl.oauthbearer.client.credentials.client.id": "m",
+              "sasl.oauthbearer.client.credentials.client.secret": "s", "sasl.oauthbearer.scope": "a b",
+              "sasl.jaas.config": f"{OAUTH_MODULE} required ;"}
+    assert schema_reader_options(java41) == {
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "sasl.oauthbearer.client.id": "m", "sasl.oauthbearer.client.secret": "s", "sasl.oauthbearer.scope": "a b"}
+
+
+def test_oauthbearer_without_a_handler_is_the_unsecured_development_token() -> None:
+    java = {"sasl.mechanism": "OAUTHBEARER",
+            "sasl.jaas.config": f'{OAUTH_MODULE} required unsecuredLoginStringClaim_sub="alice" extension_k="v";'}
+    assert schema_reader_options(java) == {"sasl.mechanism": "OAUTHBEARER",
+                                           "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                                           "sasl.oauthbearer.config": "principal=alice extension_k=v"}
+
+
+@pytest.mark.parametrize(("java", "named"), [
+    ({"sasl.jaas.config": 'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k/m.keytab" '
+                          'principal="m@R";'}, "not com.sun.security.auth.module.Krb5LoginModule"),
+    ({"sasl.jaas.config": f"{OAUTH_MODULE} required;"}, "not this login"),
+    ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="a" clientSecret="b";',
+      "sasl.login.callback.handler.class": "com.example.VaultTokenHandler"}, "not the handler com.example.Vault"),
+    ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="a" clientSecret="b";',
+      "sasl.login.callback.handler.class": OIDC_HANDLER}, "not the handler"),  # no token endpoint
+    ({"sasl.jaas.config": f"{OAUTH_MODULE} required;", "sasl.login.callback.handler.class": OIDC_HANDLER,
+      "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+      "sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever"},
+     "the client credentials grant"),
 ])
-def test_a_login_module_librdkafka_cannot_take_is_refused_naming_the_way_around(jaas: str) -> None:
+def test_a_login_librdkafka_cannot_take_is_refused_naming_the_way_around(java: dict[str, str], named: str) -> None:
     with pytest.raises(UnsupportedKafkaOption) as refused:
-        schema_reader_options({"sasl.jaas.config": jaas})
-    assert f"not {jaas.split()[0]}" in str(refused.value)
+        schema_reader_options(java)
+    assert named in str(refused.value), str(refused.value)
     assert "--schema-reader-option" in str(refused.value) and "--schema-registry-url" in str(refused.value)
+    assert 'clientSecret="b"' not in str(refused.value) and "keyTab" not in str(refused.value)
 
 
 def test_schema_reader_options_replace_the_translation() -> None:
@@ -156,6 +201,35 @@ def test_the_schema_reader_gets_through_each_listener_with_the_java_properties(
                 consumer.list_topics(timeout=3)
         finally:
             consumer.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", OAUTH_MODES)
+def test_the_schema_reader_logs_in_with_oauthbearer_as_the_java_client_does(
+        secure_kafka: SecureKafka, mode: str) -> None:
+    # given: the schemas, and the OAUTHBEARER login a Java client is given for the listener
+    prefix = f"oauth{secrets.token_hex(4)}"
+    schemas = {"00aa11bb22cc33dd": '{"type": "record", "name": "a", "fields": []}'}
+    _write_schemas(secure_kafka.cluster.bootstrap, f"{prefix}._schemas", schemas)
+    issued = secure_kafka.idp.issued
+    # when
+    reader = schema_reader_options(secure_kafka.java_properties(mode))
+    # then: the reader gets through with what the job derives
+    assert read_schema_topic(secure_kafka.bootstrap(mode), prefix, reader) == schemas
+    if mode == "oidc":
+        # ... with a token from the identity provider, which the broker verifies: an unsecured
+        # token is refused there, and so is a client whose secret is wrong
+        assert secure_kafka.idp.issued > issued
+        unsecured = schema_reader_options(secure_kafka.java_properties("devjwt"))
+        wrong = secure_kafka.java_properties(mode)
+        wrong["sasl.jaas.config"] = wrong["sasl.jaas.config"].replace(secure_kafka.idp.client_secret, "wrong")
+        for refused in (unsecured, schema_reader_options(wrong)):
+            consumer = Consumer(consumer_config(secure_kafka.bootstrap(mode), refused))
+            try:
+                with pytest.raises(KafkaException):
+                    consumer.list_topics(timeout=5)
+            finally:
+                consumer.close()
 
 
 @pytest.mark.spark

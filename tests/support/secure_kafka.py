@@ -1,5 +1,8 @@
 """Apache Kafka with secured listeners for the security tests: TLS (server verification), mutual TLS
-and SASL/SCRAM-SHA-512 over TLS, on listeners of their own beside PLAINTEXT.
+and SASL/SCRAM-SHA-512 over TLS, on listeners of their own beside PLAINTEXT; and two OAUTHBEARER
+listeners (``OAUTH_MODES``): one verifying tokens of an OpenID Connect identity provider
+(``tests.support.oidc``) with Kafka's ``OAuthBearerValidatorCallbackHandler``, one taking Kafka's
+unsecured development tokens.
 
 One broker serves all three (``pgbridge.embedded.apache_kafka``: extra listeners and SCRAM
 credentials created at format time), with certificates from a throwaway CA (``tests.support.tls``).
@@ -15,18 +18,23 @@ from pathlib import Path
 from jvm.fetch import classpath
 
 from pgbridge.embedded.apache_kafka import KafkaCluster, start_kafka
+from tests.support.oidc import AUDIENCE, ISSUER, IdentityProvider
 from tests.support.tls import CertificateAuthority, Issued, jks_key_store, jks_trust_store
 
 SCRAM_USER = "pgbridge"
 MODES = ("tls", "mtls", "scram")
+OAUTH_MODES = ("oidc", "devjwt")
+OIDC_CLIENT = "pgbridge-mirror"
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 class SecureKafka:
     """The broker, its CA, a client certificate (key encrypted) and the SCRAM password."""
 
     def __init__(self, cluster: KafkaCluster, ca: CertificateAuthority, client: Issued, key_password: str,
-                 scram_password: str) -> None:
+                 scram_password: str, idp: IdentityProvider) -> None:
         self.cluster = cluster
+        self.idp = idp
         self.ca = ca
         self.client = client
         self.key_password = key_password
@@ -55,6 +63,16 @@ class SecureKafka:
         if mode == "mtls":
             return {"security.protocol": "SSL", **tls, "ssl.keystore.type": "PEM",
                     "ssl.keystore.location": str(self.client.chain), "ssl.key.password": self.key_password}
+        if mode == "oidc":  # Kafka's token endpoint login (KIP-768), as the IdP's documentation gives it
+            return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                    "sasl.login.callback.handler.class":
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+                    "sasl.oauthbearer.token.endpoint.url": self.idp.token_url,
+                    "sasl.jaas.config": (f'{_OAUTH_MODULE} required clientId="{OIDC_CLIENT}" '
+                                         f'clientSecret="{self.idp.client_secret}" scope="kafka";')}
+        if mode == "devjwt":
+            return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                    "sasl.jaas.config": f'{_OAUTH_MODULE} required unsecuredLoginStringClaim_sub="mirror";'}
         return {"security.protocol": "SASL_SSL", **tls, "sasl.mechanism": "SCRAM-SHA-512",
                 "sasl.jaas.config": ("org.apache.kafka.common.security.scram.ScramLoginModule required "
                                      f'username="{SCRAM_USER}" password="{self.scram_password}";')}
@@ -76,10 +94,12 @@ class SecureKafka:
 
     def close(self) -> None:
         self.cluster.close()
+        self.idp.close()
 
 
-def broker_security(server: Issued, ca: CertificateAuthority) -> dict[str, str]:
-    """Broker overrides: PEM keystores for the three listeners, client auth on MTLS, SCRAM on SCRAM."""
+def broker_security(server: Issued, ca: CertificateAuthority, idp: IdentityProvider) -> dict[str, str]:
+    """Broker overrides: PEM keystores for the three TLS listeners, client auth on MTLS, SCRAM on
+    SCRAM; OAUTHBEARER verified against ``idp``'s key set on OIDC, unsecured tokens on DEVJWT."""
     props: dict[str, str] = {"sasl.enabled.mechanisms": "SCRAM-SHA-512"}
     for name in MODES:
         prefix = f"listener.name.{name}."
@@ -91,6 +111,14 @@ def broker_security(server: Issued, ca: CertificateAuthority) -> dict[str, str]:
     props["listener.name.scram.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
     props["listener.name.scram.scram-sha-512.sasl.jaas.config"] = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    for name in OAUTH_MODES:
+        props[f"listener.name.{name}.sasl.enabled.mechanisms"] = "OAUTHBEARER"
+        props[f"listener.name.{name}.oauthbearer.sasl.jaas.config"] = f"{_OAUTH_MODULE} required;"
+    props["listener.name.oidc.oauthbearer.sasl.server.callback.handler.class"] = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler")
+    props["listener.name.oidc.oauthbearer.sasl.oauthbearer.jwks.endpoint.url"] = idp.jwks_url
+    props["listener.name.oidc.oauthbearer.sasl.oauthbearer.expected.audience"] = AUDIENCE
+    props["listener.name.oidc.oauthbearer.sasl.oauthbearer.expected.issuer"] = ISSUER
     return props
 
 
@@ -101,7 +129,14 @@ def start_secure_kafka(directory: Path) -> SecureKafka:
     key_password = secrets.token_hex(8)
     client = ca.issue("client", "pgbridge", client=True, password=key_password)
     scram_password = secrets.token_hex(12)
-    cluster = start_kafka(classpath("kafka"), 1, overrides=broker_security(server, ca),
-                          listeners={"TLS": "SSL", "MTLS": "SSL", "SCRAM": "SASL_SSL"},
-                          scram_users={SCRAM_USER: scram_password})
-    return SecureKafka(cluster, ca, client, key_password, scram_password)
+    idp = IdentityProvider(OIDC_CLIENT, secrets.token_hex(12))
+    try:
+        cluster = start_kafka(classpath("kafka"), 1, overrides=broker_security(server, ca, idp),
+                              listeners={"TLS": "SSL", "MTLS": "SSL", "SCRAM": "SASL_SSL", "OIDC": "SASL_PLAINTEXT",
+                                         "DEVJWT": "SASL_PLAINTEXT"},
+                              scram_users={SCRAM_USER: scram_password},
+                              system_properties={"org.apache.kafka.sasl.oauthbearer.allowed.urls": idp.jwks_url})
+    except BaseException:
+        idp.close()
+        raise
+    return SecureKafka(cluster, ca, client, key_password, scram_password, idp)

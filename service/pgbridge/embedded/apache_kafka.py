@@ -232,7 +232,8 @@ class KafkaCluster:
 
     def __init__(self, classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
                  java: str | None = None, listeners: Mapping[str, str] | None = None,
-                 scram_users: Mapping[str, str] | None = None) -> None:
+                 scram_users: Mapping[str, str] | None = None,
+                 system_properties: Mapping[str, str] | None = None) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster needs at least one node")
         self.classpath = classpath
@@ -240,6 +241,9 @@ class KafkaCluster:
         self.overrides = dict(overrides or {})
         self.listeners = dict(listeners or {})  # extra listener name -> security protocol
         self.scram_users = dict(scram_users or {})
+        # JVM system properties of every node (-Dkey=value), e.g. Kafka 4's
+        # org.apache.kafka.sasl.oauthbearer.allowed.urls for an OAUTHBEARER listener's JWKS endpoint
+        self.system_properties = dict(system_properties or {})
         _remove_stale_dirs_once()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-"))
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
@@ -261,8 +265,9 @@ class KafkaCluster:
         return ",".join(node.listener_address(listener) for node in self.nodes)
 
     def java(self, main_class: str, *args: str) -> list[str]:
-        return [self._java, *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
-                "-cp", self.classpath, main_class, *args]
+        return [self._java, *_JVM_OPTIONS, *(f"-D{key}={value}" for key, value in self.system_properties.items()),
+                f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}", "-cp", self.classpath, main_class,
+                *args]
 
     def node(self, node_id: int) -> KafkaNode:
         return next(node for node in self.nodes if node.node_id == node_id)
@@ -356,10 +361,11 @@ class KafkaCluster:
 
 
 def start_kafka(classpath: str, size: int = 1, *, overrides: dict[str, str] | None = None,
-                listeners: Mapping[str, str] | None = None,
-                scram_users: Mapping[str, str] | None = None) -> KafkaCluster:
+                listeners: Mapping[str, str] | None = None, scram_users: Mapping[str, str] | None = None,
+                system_properties: Mapping[str, str] | None = None) -> KafkaCluster:
     """A started cluster of ``size`` nodes; the caller owns it (``close()``)."""
-    cluster = KafkaCluster(classpath, size, overrides=overrides, listeners=listeners, scram_users=scram_users)
+    cluster = KafkaCluster(classpath, size, overrides=overrides, listeners=listeners, scram_users=scram_users,
+                           system_properties=system_properties)
     try:
         cluster.start()
     except BaseException:
