@@ -67,7 +67,12 @@ from pgbridge_spark.jvm_decode import (
     jvm_change_frame,
     require_spark_avro,
 )
-from pgbridge_spark.kafka import read_schema_topic, refuse_multi_table, table_topic_pattern
+from pgbridge_spark.kafka import (
+    UnsupportedKafkaOption,
+    read_schema_topic,
+    refuse_multi_table,
+    table_topic_pattern,
+)
 from pgbridge_spark.merge import (
     COMMIT_LSN_COLUMN,
     HISTORY_FIELDS,
@@ -191,6 +196,8 @@ class MirrorJob:
         if self.config.decoder == "jvm":
             require_spark_avro(self.spark)
         self.tables.require(self.spark)
+        if self.config.schema_registry_url is None:  # a Java store the driver cannot open stops the start
+            self.config.reader_options(jvm_store_reader(self.spark))
         apply_job_defaults(self.spark)
         self._progress.clear()
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
@@ -508,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               class_archive_dir=args.class_archive_dir,
                               **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
         query = MirrorJob(spark, config).start(available_now=args.available_now)
-    except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro) as exc:
+    except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro, UnsupportedKafkaOption) as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line naming the fix, no traceback
         return 1
     try:

@@ -257,6 +257,12 @@ def test_the_driver_reads_jks_stores_for_the_schema_reader(spark: Any, secure_ka
     message = str(refused.value)
     assert java["ssl.truststore.location"] in message and "password was incorrect" in message, message
     assert "not-the-password" not in message and java["ssl.truststore.password"] not in message
+    # ... before the job's query starts
+    config = MirrorConfig(bootstrap_servers=secure_kafka.bootstrap(mode), prefix=prefix, output=str(tmp_path / "m"),
+                          checkpoint=str(tmp_path / "c"), kafka_options=wrong)
+    with pytest.raises(UnsupportedKafkaOption, match="password was incorrect"):
+        MirrorJob(spark, config).start()
+    assert not spark.streams.active
 
 
 @pytest.mark.spark
