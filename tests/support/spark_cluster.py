@@ -35,10 +35,11 @@ WORKER_CORES: Final = 1
 WORKER_MEMORY: Final = "1g"
 EXECUTOR_MEMORY: Final = "512m"
 START_TIMEOUT_S: Final = 120.0
-# Every Spark JVM the tests start (this cluster's daemons, drivers and executors, and the local
-# session of tests/spark/conftest.py): the serial GC and the C1 compiler only. The tests' JVMs
-# live for seconds to minutes on small data, so C2's compiling and G1's threads are CPU that never
-# pays back, and the suite is CPU-bound on two cores. Measured alone on this machine, busy CPU
+# The Spark JVMs of the cluster tests (this cluster's daemons, drivers and executors): the serial GC
+# and the C1 compiler only. They live for seconds to minutes on small data, so C2's compiling and
+# G1's threads are CPU that never pays back, and the suite is CPU-bound on two cores. (The shared
+# local session of tests/spark/conftest.py lives a worker's whole run, where C2 pays:
+# SESSION_JVM_OPTIONS there.) Measured alone on this machine, busy CPU
 # seconds of the whole machine and wall time: one cluster kill test (hdfs) 275 -> 135 CPU-s,
 # 153 -> 93 s; test_changelog 95 -> 77 CPU-s, 55 -> 55 s; test_mirror_end_to_end with
 # test_consistent_mirror 292 -> 252 CPU-s, 172 -> 184 s. Tests only: the job's own defaults are
