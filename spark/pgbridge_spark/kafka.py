@@ -218,11 +218,19 @@ def _oauthbearer(java: Mapping[str, str], pairs: Mapping[str, str]) -> dict[str,
         config = " ".join([f"principal={pairs['unsecuredLoginStringClaim_sub']}",
                            *(f"extension_{k}={v}" for k, v in extensions.items())])
         return {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": config}
+    if not handler:
+        refused = "a login without unsecuredLoginStringClaim_sub or a callback handler"
+    elif not _OIDC_HANDLER.fullmatch(handler):
+        refused = f"the handler {handler}"
+    elif "JwtBearer" in retriever:
+        refused = "the JWT bearer grant (sasl.oauthbearer.jwt.retriever.class)"
+    else:
+        refused = "a login missing the token endpoint URL, the client id or the client secret"
     raise UnsupportedKafkaOption(
         "--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes OAuthBearerLoginModule with "
         "Kafka's OAuthBearerLoginCallbackHandler, sasl.oauthbearer.token.endpoint.url and a client id and secret "
-        "(the client credentials grant), or unsecuredLoginStringClaim_sub without a callback handler, not "
-        f"{'the handler ' + handler if handler else 'this login'}; {_HOW_TO_BYPASS}")
+        f"(the client credentials grant), or unsecuredLoginStringClaim_sub without a callback handler, not {refused}; "
+        f"{_HOW_TO_BYPASS}")
 
 
 def _trust(java: Mapping[str, str], read_store: StoreReader | None) -> dict[str, str]:

@@ -127,15 +127,15 @@ def test_oauthbearer_without_a_handler_is_the_unsecured_development_token() -> N
 @pytest.mark.parametrize(("java", "named"), [
     ({"sasl.jaas.config": 'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k/m.keytab" '
                           'principal="m@R";'}, "not com.sun.security.auth.module.Krb5LoginModule"),
-    ({"sasl.jaas.config": f"{OAUTH_MODULE} required;"}, "not this login"),
+    ({"sasl.jaas.config": f"{OAUTH_MODULE} required;"}, "not a login without unsecuredLoginStringClaim_sub"),
     ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="a" clientSecret="b";',
       "sasl.login.callback.handler.class": "com.example.VaultTokenHandler"}, "not the handler com.example.Vault"),
     ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="a" clientSecret="b";',
-      "sasl.login.callback.handler.class": OIDC_HANDLER}, "not the handler"),  # no token endpoint
+      "sasl.login.callback.handler.class": OIDC_HANDLER}, "not a login missing the token endpoint URL"),
     ({"sasl.jaas.config": f"{OAUTH_MODULE} required;", "sasl.login.callback.handler.class": OIDC_HANDLER,
       "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
       "sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever"},
-     "the client credentials grant"),
+     "not the JWT bearer grant"),
 ])
 def test_a_login_librdkafka_cannot_take_is_refused_naming_the_way_around(java: dict[str, str], named: str) -> None:
     with pytest.raises(UnsupportedKafkaOption) as refused:
