@@ -198,10 +198,19 @@ def _oauthbearer(java: Mapping[str, str], pairs: Mapping[str, str]) -> dict[str,
     ``unsecuredLoginStringClaim_sub`` (development brokers): librdkafka's unsecured JWT. SASL
     extensions (``extension_NAME``) go along either way. Another handler or grant is refused."""
     handler = java.get("sasl.login.callback.handler.class", "").strip()
-    retriever = java.get("sasl.oauthbearer.jwt.retriever.class", "")
     extensions = {key.removeprefix("extension_"): value for key, value in pairs.items()
                   if key.startswith("extension_")}
-    if handler and _OIDC_HANDLER.fullmatch(handler) and "JwtBearer" not in retriever:
+    if not handler:
+        if "unsecuredLoginStringClaim_sub" in pairs:
+            config = " ".join([f"principal={pairs['unsecuredLoginStringClaim_sub']}",
+                               *(f"extension_{k}={v}" for k, v in extensions.items())])
+            return {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": config}
+        refused = "a login without unsecuredLoginStringClaim_sub or a callback handler"
+    elif not _OIDC_HANDLER.fullmatch(handler):
+        refused = f"the handler {handler}"
+    elif "JwtBearer" in java.get("sasl.oauthbearer.jwt.retriever.class", ""):
+        refused = "the JWT bearer grant (sasl.oauthbearer.jwt.retriever.class)"
+    else:
         endpoint = java.get("sasl.oauthbearer.token.endpoint.url")
         client_id = pairs.get("clientId") or java.get("sasl.oauthbearer.client.credentials.client.id")
         secret = pairs.get("clientSecret") or java.get("sasl.oauthbearer.client.credentials.client.secret")
@@ -214,17 +223,6 @@ def _oauthbearer(java: Mapping[str, str], pairs: Mapping[str, str]) -> dict[str,
             if extensions:
                 out["sasl.oauthbearer.extensions"] = ",".join(f"{k}={v}" for k, v in extensions.items())
             return out
-    elif not handler and "unsecuredLoginStringClaim_sub" in pairs:
-        config = " ".join([f"principal={pairs['unsecuredLoginStringClaim_sub']}",
-                           *(f"extension_{k}={v}" for k, v in extensions.items())])
-        return {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": config}
-    if not handler:
-        refused = "a login without unsecuredLoginStringClaim_sub or a callback handler"
-    elif not _OIDC_HANDLER.fullmatch(handler):
-        refused = f"the handler {handler}"
-    elif "JwtBearer" in retriever:
-        refused = "the JWT bearer grant (sasl.oauthbearer.jwt.retriever.class)"
-    else:
         refused = "a login missing the token endpoint URL, the client id or the client secret"
     raise UnsupportedKafkaOption(
         "--kafka-option sasl.jaas.config: the job's schema reader (librdkafka) takes OAuthBearerLoginModule with "

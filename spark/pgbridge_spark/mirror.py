@@ -165,9 +165,9 @@ class MirrorJob:
         self.on_batch = on_batch
         self.tables = table_format(config.table_format)
         self.catalog = SchemaCatalog(
-            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix,
-                                                   config.reader_options(jvm_store_reader(spark))),
+            load_schemas=lambda: read_schema_topic(config.bootstrap_servers, config.prefix, self._reader_options()),
             registry_url=config.schema_registry_url)
+        self._reader: dict[str, str] | None = None  # the schema reader's librdkafka properties, once derived
         self._key_ids: dict[str, str] = {}
         self._texts: Mapping[str, str] = {}
         # the job's progress per table URI as last committed (read from the table's history once)
@@ -197,7 +197,7 @@ class MirrorJob:
             require_spark_avro(self.spark)
         self.tables.require(self.spark)
         if self.config.schema_registry_url is None:  # a Java store the driver cannot open stops the start
-            self.config.reader_options(jvm_store_reader(self.spark))
+            self._reader_options()
         apply_job_defaults(self.spark)
         self._progress.clear()
         writer = (self.stream().writeStream.foreachBatch(self.process_batch)
@@ -208,6 +208,13 @@ class MirrorJob:
         else:
             writer = writer.trigger(processingTime=f"{self.config.trigger_seconds} seconds")
         return writer.start()
+
+    def _reader_options(self) -> dict[str, str]:
+        """The schema reader's librdkafka properties, derived once (``MirrorConfig.reader_options``):
+        a Java store is opened by the driver's JVM at start, not again at every read of ``_schemas``."""
+        if self._reader is None:
+            self._reader = self.config.reader_options(jvm_store_reader(self.spark))
+        return self._reader
 
     # -- one micro-batch -------------------------------------------------------------------------
 
@@ -515,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               class_archive_dir=args.class_archive_dir,
                               **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
         query = MirrorJob(spark, config).start(available_now=args.available_now)
-    except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro, UnsupportedKafkaOption) as exc:
+    except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro,
+            UnsupportedKafkaOption) as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line naming the fix, no traceback
         return 1
     try:
