@@ -97,12 +97,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # marked slow; the rest (most of them short) after, in their order.
 FIRST: Final = ("cluster", "spark", "slow")
 # Tests sharing a costly session fixture run on one worker: the Spark standalone cluster with HDFS
-# and S3, and the sdist/wheel built once for the packaging tests. By test id, because the
-# scheduler in pytest-xdist's controller sees ids only (and xdist 3.8's own ``xdist_group`` marks
-# do not reach it under pytest 9.2, which no longer reads the node id xdist rewrites). The other
-# Spark tests stay apart: as one unit on one worker (one local Spark session for all) they took
-# 17 of a run's 27.8 minutes, as long as they took spread over both workers.
-WORKER_GROUPS: Final = (("tests/spark/test_cluster_mirror.py::", "spark-cluster"), ("tests/packaging/", "packaging"))
+# and S3, the sdist/wheel built once for the packaging tests, and the local Spark session. By test
+# id, because the scheduler in pytest-xdist's controller sees ids only (and xdist 3.8's own
+# ``xdist_group`` marks do not reach it under pytest 9.2, which no longer reads the node id xdist
+# rewrites). The Spark tests are two units of about equal time, so two workers start a local Spark
+# session, not all three: each session's JVM loads Spark's and Delta's classes and compiles their
+# code again (its C2 compiler alone used 4.4 CPU minutes in a full run), and the two sessions do it
+# once for all the tests they run. The cluster's unit holds, besides the cluster tests, the three
+# longest single jobs (times from a full run on a slow machine: 2,360 against 2,486 s). Every other
+# test is a unit of its own.
+SPARK_WITH_THE_CLUSTER: Final = ("test_cluster_mirror", "test_consistent_mirror", "test_changelog",
+                                 "test_registry_mirror")
+WORKER_GROUPS: Final = (*((f"tests/spark/{module}.py::", "spark-cluster") for module in SPARK_WITH_THE_CLUSTER),
+                        ("tests/spark/", "spark-local"), ("tests/packaging/", "packaging"))
 
 
 def worker_group(nodeid: str) -> str:

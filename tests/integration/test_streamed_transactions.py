@@ -90,8 +90,10 @@ def test_million_row_transaction_with_rolled_back_savepoints_publishes_exactly_t
         with psycopg.connect(streaming_dsn) as conn:
             _million_row_transaction(conn)
 
-        # then: exactly the 1,000,000 surviving rows, in insert order, each once, one transaction
-        store = load_schemas(kafka_broker.bootstrap, topic_prefix)
+        # then: exactly the 1,000,000 surviving rows, in insert order, each once, one transaction.
+        # The schemas topic appears with the first record, after Postgres has streamed the whole
+        # transaction: on a loaded machine that takes longer than load_schemas' default 30 s.
+        store = load_schemas(kafka_broker.bootstrap, topic_prefix, timeout=900)
         expected = _survivors()
         state: dict[str, Any] = {"n": 0, "commit_lsn": None}
 
