@@ -10,6 +10,7 @@ class TransactionalProducer:
         self.open: list[tuple[str, bytes | None, bytes | None]] | None = None
         self.committed: list[list[tuple[str, bytes | None, bytes | None]]] = []
         self.outstanding = 0  # what flush() reports still unacknowledged
+        self.flush_loses_the_error = False  # flush() ends as confluent-kafka's did once fenced
 
     def init_transactions(self, _timeout: float) -> None:
         pass
@@ -23,6 +24,8 @@ class TransactionalProducer:
         self.open.append((topic, key, value))
 
     def flush(self, _timeout: float) -> int:
+        if self.flush_loses_the_error:
+            raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception")
         return self.outstanding
 
     def commit_transaction(self, _timeout: float) -> None:

@@ -41,6 +41,7 @@ from pgbridge.publish.transactions import (
     KafkaTransactions,
     Position,
     classify,
+    flush_reporting,
     read_position,
     transactional_id,
 )
@@ -549,7 +550,7 @@ class KafkaPublisher:
         deadline = time.monotonic() + timeout_s
         while (len(self._producer) or self._dead_letters) and time.monotonic() < deadline:
             self._produce_dead_letters()
-            self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+            flush_reporting(self._producer, min(0.5, max(0.0, deadline - time.monotonic())), self.raise_if_failed)
         return len(self._producer) + len(self._dead_letters)
 
     def close(self) -> None:

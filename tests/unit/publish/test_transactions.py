@@ -11,6 +11,7 @@ from pgbridge.errors import BrokerUnavailable
 from pgbridge.lsn import Lsn
 from pgbridge.publish.transactions import (
     BatchPolicy,
+    Fenced,
     KafkaTransactions,
     Position,
     ProduceInto,
@@ -132,5 +133,27 @@ def test_records_still_unacknowledged_when_the_commit_is_due_stop_it() -> None:
     transactions = _transactions(producer)
     transactions.ensure_open()
     with pytest.raises(BrokerUnavailable, match="not acknowledged"):
+        transactions.commit()
+    assert producer.committed == [] and transactions.is_open
+
+
+def test_a_flush_that_loses_the_callbacks_error_reports_the_failure_they_recorded() -> None:
+    """Fenced mid-transaction, confluent-kafka's flush once ended in a SystemError naming nothing;
+    the commit raises what the callbacks recorded (another pgbridge took over), and a SystemError
+    with nothing recorded stays what it is."""
+    recorded: list[Fenced] = []
+
+    def raise_if_failed() -> None:
+        if recorded:
+            raise recorded[0]
+
+    producer = TransactionalProducer()
+    producer.flush_loses_the_error = True
+    transactions = _transactions(producer, raise_if_failed=raise_if_failed)
+    transactions.ensure_open()
+    with pytest.raises(SystemError, match="without setting an exception"):
+        transactions.commit()
+    recorded.append(Fenced("Kafka fenced this producer: another pgbridge with the same transactional.id took over"))
+    with pytest.raises(Fenced, match=r"same transactional\.id took over"):
         transactions.commit()
     assert producer.committed == [] and transactions.is_open
