@@ -38,3 +38,10 @@ def test_without_a_usable_claims_directory_every_port_counts_as_unclaimed(tmp_pa
 def test_free_ports_differ_and_each_is_claimed() -> None:
     ports = {free_port() for _ in range(20)}
     assert len(ports) == 20
+
+
+def test_a_claim_left_half_written_is_stale(tmp_path: Path) -> None:
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / "23459").write_text("", encoding="ascii")  # its process was killed while writing it
+    assert claim_on_host(23459, claims)

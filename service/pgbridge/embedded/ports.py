@@ -51,11 +51,13 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _claimant_alive(claim: Path) -> bool:
+def _claimed_by_a_live_process(claim: Path) -> bool:
+    """Whether ``claim`` names a process still running. Claims are written under the lock, so a
+    missing, empty or garbled one (a process killed while writing it) is stale."""
     try:
         pid = int(claim.read_text(encoding="ascii"))
-    except (OSError, ValueError):
-        return True  # unreadable: leave it be
+    except (FileNotFoundError, ValueError):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -74,11 +76,9 @@ def claim_on_host(port: int, claims: Path = _CLAIMS) -> bool:
         with open(claims / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             claim = claims / str(port)
-            if claim.exists():
-                if _claimant_alive(claim):
-                    return False
-                claim.unlink()
-            claim.write_text(str(os.getpid()), encoding="ascii")
+            if _claimed_by_a_live_process(claim):
+                return False
+            claim.write_text(str(os.getpid()), encoding="ascii")  # a stale claim is overwritten
             return True
     except OSError:
         return True

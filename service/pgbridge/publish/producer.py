@@ -41,8 +41,8 @@ from pgbridge.publish.transactions import (
     KafkaTransactions,
     Position,
     classify,
-    flush_reporting,
     read_position,
+    serve_callbacks,
     transactional_id,
 )
 
@@ -401,7 +401,7 @@ class KafkaPublisher:
                           describe: Describe | None = None, headers: Headers | None = None) -> None:
         """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
         def wait() -> None:
-            self._producer.poll(0.05)
+            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed)
             self.raise_if_failed()
             idle()
 
@@ -522,7 +522,7 @@ class KafkaPublisher:
             raise self._refused(exc) from None
         deadline = time.monotonic() + timeout_s
         while not outcome and time.monotonic() < deadline:
-            self._producer.poll(0.05)
+            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed)
         if not outcome:
             raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
         self._outside_units(*outcome[0])
@@ -539,7 +539,7 @@ class KafkaPublisher:
         return True
 
     def poll(self, timeout: float = 0.0) -> int:
-        served = int(self._producer.poll(timeout))
+        served = serve_callbacks(self._producer.poll, timeout, self.raise_if_failed)
         if self._dead_letters:
             self._produce_dead_letters()
         return served
@@ -550,7 +550,8 @@ class KafkaPublisher:
         deadline = time.monotonic() + timeout_s
         while (len(self._producer) or self._dead_letters) and time.monotonic() < deadline:
             self._produce_dead_letters()
-            flush_reporting(self._producer, min(0.5, max(0.0, deadline - time.monotonic())), self.raise_if_failed)
+            serve_callbacks(self._producer.flush, min(0.5, max(0.0, deadline - time.monotonic())),
+                            self.raise_if_failed)
         return len(self._producer) + len(self._dead_letters)
 
     def close(self) -> None:

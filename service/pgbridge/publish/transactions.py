@@ -65,15 +65,16 @@ class Fenced(FatalError):
     """Another pgbridge with the same ``transactional.id`` took over; this one may not commit again."""
 
 
-def flush_reporting(producer: Producer, timeout_s: float, raise_if_failed: Callable[[], None]) -> int:
-    """``producer.flush``; when the binding loses what a callback raised, the failure the callbacks
-    recorded instead. After a fatal producer error (a fenced producer: Kafka refuses every record of
-    the open transaction) confluent-kafka's flush was seen ending in ``SystemError: <method 'flush'
-    ...> returned NULL without setting an exception``: raised as it was, the process died naming
-    that instead of who took over. The delivery and error callbacks have recorded the cause
-    (``Fenced``, say); ``raise_if_failed`` raises it. Returns how many records are still queued."""
+def serve_callbacks(serve: Callable[[float], int], timeout_s: float, raise_if_failed: Callable[[], None]) -> int:
+    """``serve(timeout_s)``, a librdkafka call that runs delivery and error callbacks (``flush``,
+    ``poll``); when the binding loses what happened there, the failure the callbacks recorded.
+    After a fatal producer error (a fenced producer: Kafka refuses every record of the open
+    transaction) confluent-kafka's flush was seen ending in ``SystemError: <method 'flush' ...>
+    returned NULL without setting an exception``: raised as it was, the process died naming that
+    instead of who took over. The callbacks have recorded the cause (``Fenced``, say);
+    ``raise_if_failed`` raises it, and with nothing recorded the ``SystemError`` goes on as it was."""
     try:
-        return int(producer.flush(timeout_s))
+        return int(serve(timeout_s))
     except SystemError:
         raise_if_failed()
         raise
@@ -268,7 +269,7 @@ class KafkaTransactions:
                 self._producer.produce(self._topic, current.position.to_json(), self._key)
             # Every delivery report first: commit_transaction would commit a transaction whose
             # report failed only in our eyes (a "delivered" without an offset, producer.py).
-            if flush_reporting(self._producer, COMMIT_TIMEOUT_S, self._raise_if_failed):
+            if serve_callbacks(self._producer.flush, COMMIT_TIMEOUT_S, self._raise_if_failed):
                 raise BrokerUnavailable(f"records of a Kafka transaction not acknowledged within "
                                         f"{COMMIT_TIMEOUT_S:.0f}s; it is aborted and read again from the slot")
             self._raise_if_failed()
