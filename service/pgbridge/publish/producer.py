@@ -312,7 +312,8 @@ class KafkaPublisher:
         log.error("delivery failed", extra={"error": error.str(), "code": error.code()})
 
     def _refused(self, exc: KafkaException) -> PgbridgeError:
-        """A produce() the client refused outright: fenced, or another fatal state."""
+        """A produce() the client refused outright, or a fatal error poll() or flush() raised
+        (serve_callbacks): fenced, or another fatal state; recorded as the publisher's failure."""
         error = classify(exc, "producing to Kafka")
         if self._error is None or isinstance(error, Fenced):
             self._error = error
@@ -401,7 +402,7 @@ class KafkaPublisher:
                           describe: Describe | None = None, headers: Headers | None = None) -> None:
         """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
         def wait() -> None:
-            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed)
+            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed, self._refused)
             self.raise_if_failed()
             idle()
 
@@ -522,7 +523,7 @@ class KafkaPublisher:
             raise self._refused(exc) from None
         deadline = time.monotonic() + timeout_s
         while not outcome and time.monotonic() < deadline:
-            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed)
+            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed, self._refused)
         if not outcome:
             raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
         self._outside_units(*outcome[0])
@@ -539,7 +540,7 @@ class KafkaPublisher:
         return True
 
     def poll(self, timeout: float = 0.0) -> int:
-        served = serve_callbacks(self._producer.poll, timeout, self.raise_if_failed)
+        served = serve_callbacks(self._producer.poll, timeout, self.raise_if_failed, self._refused)
         if self._dead_letters:
             self._produce_dead_letters()
         return served
@@ -551,7 +552,7 @@ class KafkaPublisher:
         while (len(self._producer) or self._dead_letters) and time.monotonic() < deadline:
             self._produce_dead_letters()
             serve_callbacks(self._producer.flush, min(0.5, max(0.0, deadline - time.monotonic())),
-                            self.raise_if_failed)
+                            self.raise_if_failed, self._refused)
         return len(self._producer) + len(self._dead_letters)
 
     def close(self) -> None:

@@ -65,19 +65,29 @@ class Fenced(FatalError):
     """Another pgbridge with the same ``transactional.id`` took over; this one may not commit again."""
 
 
-def serve_callbacks(serve: Callable[[float], int], timeout_s: float, raise_if_failed: Callable[[], None]) -> int:
+def serve_callbacks(serve: Callable[[float], int], timeout_s: float, raise_if_failed: Callable[[], None],
+                    refused: Callable[[KafkaException], Exception] | None = None) -> int:
     """``serve(timeout_s)``, a librdkafka call that runs delivery and error callbacks (``flush``,
-    ``poll``); when the binding loses what happened there, the failure the callbacks recorded.
-    After a fatal producer error (a fenced producer: Kafka refuses every record of the open
-    transaction) confluent-kafka's flush was seen ending in ``SystemError: <method 'flush' ...>
-    returned NULL without setting an exception``: raised as it was, the process died naming that
-    instead of who took over. The callbacks have recorded the cause (``Fenced``, say);
-    ``raise_if_failed`` raises it, and with nothing recorded the ``SystemError`` goes on as it was."""
+    ``poll``), with the two ways confluent-kafka reports a fatal producer error (a fenced producer:
+    Kafka refuses every record of the open transaction) turned into pgbridge's:
+
+    * it raises the fatal error itself from ``poll``/``flush`` (a ``KafkaException``) instead of
+      handing it to the error callback: ``refused`` classifies it (``Fenced``, naming who took
+      over); without ``refused`` it goes on as it is, for a caller that classifies it;
+    * it was seen ending in ``SystemError: <method 'flush' ...> returned NULL without setting an
+      exception``: the callbacks have recorded the cause and ``raise_if_failed`` raises it; with
+      nothing recorded the ``SystemError`` goes on as it was.
+
+    Raised raw, either ended the process naming librdkafka's internals instead of the takeover."""
     try:
         return int(serve(timeout_s))
     except SystemError:
         raise_if_failed()
         raise
+    except KafkaException as exc:
+        if refused is None:
+            raise
+        raise refused(exc) from None
 
 
 def transactional_id(topic_prefix: str, slot: str) -> str:

@@ -15,7 +15,7 @@ from pgbridge.errors import BrokerUnavailable, FatalError, PgbridgeError, Publis
 from pgbridge.lsn import Lsn
 from pgbridge.metrics import KAFKA_DELIVERY_ERRORS_TOTAL, Metrics
 from pgbridge.publish.producer import KafkaPublisher, delivery_problem
-from pgbridge.publish.transactions import FENCED_CODES, Fenced, classify
+from pgbridge.publish.transactions import FENCED_CODES, Fenced, classify, serve_callbacks
 from tests.support.kafka import delivered_message
 from tests.support.ports import free_port
 
@@ -200,6 +200,48 @@ def test_a_refused_produce_is_classified_and_a_fenced_one_wins(publisher: KafkaP
     assert isinstance(fenced, Fenced) and _raised(publisher) is fenced
     publisher._refused(KafkaException(KafkaError(KafkaError._STATE)))
     assert _raised(publisher) is fenced
+
+
+class FatalOnServe:
+    """A producer as confluent-kafka leaves it once librdkafka hit a fatal error: ``poll`` and
+    ``flush`` raise that error (it never reaches the error callback), one record stays queued."""
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
+
+    def poll(self, timeout: float = 0.0) -> int:
+        raise KafkaException(self.error)
+
+    def flush(self, timeout: float = 0.0) -> int:
+        raise KafkaException(self.error)
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_a_fatal_error_poll_and_flush_raise_is_the_publishers_failure(
+        publisher: KafkaPublisher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fenced while frozen, a resumed leader's poll raised librdkafka's fatal error itself
+    (``KafkaException: KafkaError{FATAL,code=_FENCED,...}``) and the process ended naming it; it
+    is the publisher's ``Fenced`` failure, whichever call serves the callbacks."""
+    fenced = KafkaError(KafkaError._FENCED, "ProduceRequest failed: Broker: Producer attempted an operation "
+                        "with an old epoch", fatal=True)
+    monkeypatch.setattr(publisher, "_producer", FatalOnServe(fenced))
+    with pytest.raises(Fenced, match=r"same transactional\.id took over") as polled:
+        publisher.poll(0.1)
+    assert _raised(publisher) is polled.value
+    with pytest.raises(Fenced):
+        publisher.flush(0.1)
+
+
+def test_serve_callbacks_leaves_a_kafka_exception_to_a_caller_that_classifies_it() -> None:
+    def fatal_poll(_timeout: float) -> int:
+        raise KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+
+    with pytest.raises(KafkaException):
+        serve_callbacks(fatal_poll, 0.1, lambda: None)
+    with pytest.raises(Fenced):
+        serve_callbacks(fatal_poll, 0.1, lambda: None, lambda exc: classify(exc, "polling"))
 
 
 @pytest.mark.parametrize("code", sorted(FENCED_CODES))
