@@ -370,6 +370,11 @@ class Session:
         self.reporter.received(wal_end)
         message = self.decoder.decode(body)
         del payload, body
+        # Receiving and decoding the frame took a while, and handling its row (encoding hundreds of
+        # MB) takes as long again with no reply to the walsender in between: answer it now, so the
+        # two together need not fit in one wal_sender_timeout (a test server's 10 s was exceeded
+        # on a loaded machine, and the reconnect delivered the transaction a second time).
+        self._housekeeping(reply_requested=False)
         events = 0
         for event in self.assembler.feed(message, wal_start):
             self.dispatcher.handle(event)
@@ -377,6 +382,7 @@ class Session:
             if events >= HOUSEKEEPING_EVERY:
                 events = 0
                 self._housekeeping(reply_requested=False)
+        self._housekeeping(reply_requested=False)
 
     def _housekeeping(self, *, reply_requested: bool) -> None:
         self.health.beat()

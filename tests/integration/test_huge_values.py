@@ -220,8 +220,15 @@ def test_dead_letter_replaces_the_huge_row_and_goes_on_without_streaming(
     finally:
         run.close()
     assert "Traceback" not in run.bridge.log()
-    assert [e.value["after"]["id"] for e in events if e.value is not None] == [1, 3, 4]
-    assert len(letters) == 1 and letters[0].value is not None and len(letters[0].value) < 2000
+    # At least once: a reconnect (the walsender's timeout on a loaded machine) delivers the
+    # transaction again, identically; what counts is each change and the one dead letter.
+    values = [e.value for e in events if e.value is not None]
+    changes = {(v["source"]["commit_lsn"], v["transaction"]["total_order"]): v["after"]["id"] for v in values}
+    assert [changes[at] for at in sorted(changes)] == [1, 3, 4]
+    distinct_letters = {letter.value for letter in letters}
+    assert len(distinct_letters) == 1 and letters[0].value is not None and len(letters[0].value) < 2000
+    if len(values) > 3 or len(letters) > 1:
+        assert "transient failure; reconnecting" in run.bridge.log(), "a change delivered twice without a reconnect"
     letter = json.loads(letters[0].value)
     assert (letter["reason"], letter["refused_by"], letter["table"], letter["key"], letter["total_order"],
             letter["limit_bytes"]) == ("record_too_large", "producer", "public.docs", "{id=2}", 2, 1_000_000), letter
