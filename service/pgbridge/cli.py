@@ -229,7 +229,7 @@ def _run(settings: Settings) -> int:
     from pgbridge.health import Health, wedged_after_s
     from pgbridge.http import serve
     from pgbridge.metrics import Metrics
-    from pgbridge.pipeline import run_forever
+    from pgbridge.supervisor import run_forever
 
     stop = threading.Event()
 

@@ -1,4 +1,4 @@
-"""Wiring: source → decode → assemble → encode → publish → ack, plus the reconnect loop.
+"""Wiring: source → decode → assemble → encode → publish → ack, for one session.
 
 ```
  Postgres walsender ──CopyData──▶ ReplicationStream.read_batch ─▶ split_xlog / parse_copy_message
@@ -12,7 +12,7 @@
                                     KafkaPublisher ◀──────(topic, key, value)──┘
 ```
 This module only connects things: ``open_session`` opens the connections and the encoder,
-``Session`` runs the loop and the housekeeping jobs (periodic.py), ``run_forever`` reconnects.
+``Session`` runs the loop and the housekeeping jobs (periodic.py); supervisor.py reconnects.
 Every decision of substance lives in the stage modules. Any ``TransientError`` tears a session down and
 a new one starts from the slot's confirmed LSN: nothing is ever confirmed before Kafka acknowledged it.
 """
@@ -43,11 +43,11 @@ from pgbridge.encode.columns import ColumnRules, encoder_for
 from pgbridge.encode.envelope import ChangeEncoder, ToastPolicy
 from pgbridge.encode.renames import RenameHistory
 from pgbridge.encode.schema_change import SchemaChanges
-from pgbridge.errors import PgbridgeError, PublishError, SlotInUse, StopRequested, TransientError
+from pgbridge.errors import PgbridgeError, StopRequested
 from pgbridge.health import Health
-from pgbridge.leader import LeaderLease, LeadershipLost
+from pgbridge.leader import LeaderLease
 from pgbridge.lsn import INVALID_LSN, Lsn, format_lsn
-from pgbridge.metrics import EncodeMetrics, Metrics, reconnect_target
+from pgbridge.metrics import EncodeMetrics, Metrics
 from pgbridge.periodic import AssemblerGauges, Job, KafkaProbe, between_transaction_jobs, streaming_jobs
 from pgbridge.publish.delivery import Deliveries
 from pgbridge.publish.dispatch import Dispatcher
@@ -58,9 +58,8 @@ from pgbridge.publish.routing import PublishFilter, TopicRouter
 from pgbridge.publish.topics import schema_changes_topic
 from pgbridge.snapshot.filters import validate_filters
 from pgbridge.snapshot.incremental import IncrementalSnapshotter, table_names
-from pgbridge.snapshot.initial import SnapshotInterrupted, run_initial_snapshot
+from pgbridge.snapshot.initial import run_initial_snapshot
 from pgbridge.snapshot.modes import (
-    SnapshotOnlyFinished,
     StartAction,
     announce_tables,
     create_slot,
@@ -91,7 +90,7 @@ from pgbridge.source.standby import PrimaryConnection, ServerRole, running_xacts
 from pgbridge.source.stream import LARGE_FRAME_BYTES, ReplicationStream
 from pgbridge.source.type_catalog import CatalogTypes
 
-__all__ = ["Health", "Session", "numeric_policy", "open_session", "run_forever", "toast_policy"]
+__all__ = ["Health", "Session", "numeric_policy", "open_session", "toast_policy"]
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +98,6 @@ log = logging.getLogger(__name__)
 SHUTDOWN_FLUSH_S: Final = 30.0
 # Housekeeping (delivery callbacks, feedback, failure checks) at least every this many frames.
 HOUSEKEEPING_EVERY: Final = 512
-BACKOFF_INITIAL_S: Final = 0.5
-BACKOFF_MAX_S: Final = 30.0
 
 
 def toast_policy(config: ToastConfig) -> ToastPolicy:
@@ -474,19 +471,6 @@ class Session:
         self.progress.close()
 
 
-def _stopped(settings: Settings, *, drained: bool) -> None:
-    """After a clean stop (SIGTERM/SIGINT): with ``postgres.drop_slot_on_stop``, drop the slot, but
-    only if everything read was delivered and confirmed; a crash or error exit never gets here."""
-    pg = settings.postgres
-    if not pg.drop_slot_on_stop:
-        return
-    if not drained:
-        log.warning("postgres.drop_slot_on_stop: slot kept, the stop did not drain (unacknowledged records or "
-                    "a transaction cut short); the next start resumes from it", extra={"slot": pg.slot})
-        return
-    slots.drop_slot_on_stop(pg.dsn.get_secret_value(), pg.slot, connect_timeout_s=pg.connect_timeout_s)
-
-
 def _schema_changes(settings: Settings, conn: Connections, history_topic: str,
                     records: dict[str, dict[str, Any]]) -> SchemaChanges:
     """``postgres.ddl_events``: the rename history in force at the slot's confirmed LSN (from the
@@ -513,94 +497,3 @@ class _BeatingSnapshotSink(SnapshotSink):
     def service(self) -> None:
         self._health.beat()
         super().service()
-
-
-def _standing_by(health: Health, error: str | None) -> None:
-    """Each unsuccessful poll of the leader lock: standing by (ready) when Postgres answered and
-    another replica holds the lock; not connected (not ready) when Postgres is unreachable."""
-    health.standby = error is None
-    health.last_error = None if error is None else f"leader lock: {error}"
-    health.beat()
-
-
-def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: threading.Event) -> None:
-    """Stream until ``stop`` is set; reconnect with capped exponential backoff on transient errors.
-
-    With ``ha.leader_election`` the process first takes the leader lease (leader.py) and stands by
-    until it has it (ready, not streaming: health.py); losing the lease's session ends the session
-    and it stands by again.
-    """
-    ha = settings.ha
-    lease = LeaderLease(settings.postgres.dsn.get_secret_value(), settings.postgres.slot, metrics,
-                        retry_s=ha.standby_retry_s, lease_s=ha.lease_s,
-                        connect_timeout_s=settings.postgres.connect_timeout_s) if ha.leader_election else None
-    identity = SlotIdentity()
-    backoff = BACKOFF_INITIAL_S
-    if settings.postgres.drop_slot_on_stop:
-        log.warning("postgres.drop_slot_on_stop is on: a clean stop drops the replication slot, so the next start "
-                    "takes a new snapshot (as snapshot.mode says) and changes made between the stop and the "
-                    "restart are never captured", extra={"slot": settings.postgres.slot,
-                                                        "snapshot_mode": settings.snapshot.mode})
-    try:
-        while not stop.is_set():
-            if lease is not None and not lease.held:
-                lease.release()
-                if not lease.acquire(stop, waiting=partial(_standing_by, health)):
-                    return
-                health.standby = False
-                identity.new_term()  # another replica may have streamed from the slot meanwhile
-            session = Session(settings, metrics, health, stop, identity=identity, lease=lease)
-            try:
-                session.open()
-                backoff = BACKOFF_INITIAL_S
-                health.last_error = None
-                session.run()
-                _stopped(settings, drained=session.shutdown())
-                return
-            except StopRequested:
-                _stopped(settings, drained=session.shutdown())
-                return
-            except SnapshotInterrupted:
-                log.info("stopped during the initial snapshot; the next start resumes it")
-                session.close()
-                return
-            except SnapshotOnlyFinished as exc:
-                log.info("snapshot.mode=initial_only: stopping without streaming", extra={"reason": str(exc)})
-                session.close()
-                return
-            except LeadershipLost as exc:
-                session.publisher.check_fenced()  # frozen while a standby took over: stop, never commit
-                health.last_error = str(exc)
-                # The lease's Postgres session ended (a restart, a network cut, a terminated backend):
-                # a session torn down for a transient Postgres failure like any other, whichever of
-                # the two connections noticed first.
-                metrics.reconnects.labels(reconnect_target(exc)).inc()
-                log.warning("leadership lost; standing by", extra={"error": str(exc)})
-                session.close()
-                continue
-            except SlotInUse as exc:
-                # Another consumer streams: a standby (or a replica without the lease) polls at the
-                # standby interval so it takes over within seconds of the slot being released.
-                health.last_error = str(exc)
-                identity.new_term()
-                log.info("slot busy; waiting", extra={"error": str(exc), "retry_s": ha.standby_retry_s})
-                session.close()
-                stop.wait(ha.standby_retry_s)
-                continue
-            except (TransientError, psycopg.OperationalError) as exc:  # the latter: Postgres went away mid-query
-                session.publisher.check_fenced()  # a fenced producer stops here, it never reconnects
-                health.last_error = str(exc)
-                metrics.reconnects.labels(reconnect_target(exc)).inc()
-                log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
-                session.close()
-            except PublishError:
-                session.stop_on_refused()
-                raise
-            except BaseException:
-                session.close()
-                raise
-            stop.wait(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
-    finally:
-        if lease is not None:
-            lease.release()

@@ -4,7 +4,7 @@ A newcomer's first question is "what does it actually publish?". The demo answer
 with the real pipeline and real servers rather than a mock:
 
 ```
- workload thread ──SQL──▶ throwaway Postgres ──pgoutput──▶ bridge thread (pipeline.run_forever)
+ workload thread ──SQL──▶ throwaway Postgres ──pgoutput──▶ bridge thread (supervisor.run_forever)
                                                                    │ Avro, acks=all
  main thread: print one line per event ◀──consume── throwaway Tansu broker
 ```
@@ -184,7 +184,7 @@ class _Session:
         self.printer = Printer()
 
     def _run_bridge(self) -> None:
-        from pgbridge.pipeline import run_forever
+        from pgbridge.supervisor import run_forever
 
         try:
             run_forever(self.settings, self.metrics, self.health, self.bridge_stop)

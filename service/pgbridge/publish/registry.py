@@ -43,7 +43,7 @@ from pgbridge.publish.producer import KafkaPublisher
 from pgbridge.publish.topics import schemas_topic
 
 # Inside one session the client retries a request once, after at most half a second; anything
-# longer is an outage for the reconnect loop (BACKOFF_* in pipeline.py) to wait out.
+# longer is an outage for the reconnect loop (BACKOFF_* in supervisor.py) to wait out.
 _CLIENT_RETRIES: Final = 1
 _CLIENT_RETRY_WAIT_MS: Final = 200
 _CLIENT_RETRY_MAX_WAIT_MS: Final = 500
