@@ -59,11 +59,11 @@ def _claimed_by_a_live_process(claim: Path) -> bool:
     except (FileNotFoundError, ValueError):
         return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: another user's process, alive
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's live process
+        pass
     return True
 
 

@@ -319,6 +319,11 @@ class KafkaPublisher:
             self._error = error
         return error
 
+    def _serve(self, call: Callable[[float], int], timeout_s: float) -> int:
+        """The producer's ``poll`` or ``flush``: a fatal error it raises, or loses, is this
+        publisher's failure (``serve_callbacks``)."""
+        return serve_callbacks(call, timeout_s, self.raise_if_failed, self._refused)
+
     def raise_if_failed(self) -> None:
         if self._error is not None:
             raise self._error
@@ -402,7 +407,7 @@ class KafkaPublisher:
                           describe: Describe | None = None, headers: Headers | None = None) -> None:
         """The queue is full (``max_in_flight``): serve delivery reports until the record fits."""
         def wait() -> None:
-            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed, self._refused)
+            self._serve(self._producer.poll, 0.05)
             self.raise_if_failed()
             idle()
 
@@ -523,7 +528,7 @@ class KafkaPublisher:
             raise self._refused(exc) from None
         deadline = time.monotonic() + timeout_s
         while not outcome and time.monotonic() < deadline:
-            serve_callbacks(self._producer.poll, 0.05, self.raise_if_failed, self._refused)
+            self._serve(self._producer.poll, 0.05)
         if not outcome:
             raise BrokerUnavailable(f"no acknowledgement from Kafka for {topic} within {timeout_s:.0f}s")
         self._outside_units(*outcome[0])
@@ -540,7 +545,7 @@ class KafkaPublisher:
         return True
 
     def poll(self, timeout: float = 0.0) -> int:
-        served = serve_callbacks(self._producer.poll, timeout, self.raise_if_failed, self._refused)
+        served = self._serve(self._producer.poll, timeout)
         if self._dead_letters:
             self._produce_dead_letters()
         return served
@@ -551,8 +556,7 @@ class KafkaPublisher:
         deadline = time.monotonic() + timeout_s
         while (len(self._producer) or self._dead_letters) and time.monotonic() < deadline:
             self._produce_dead_letters()
-            serve_callbacks(self._producer.flush, min(0.5, max(0.0, deadline - time.monotonic())),
-                            self.raise_if_failed, self._refused)
+            self._serve(self._producer.flush, min(0.5, max(0.0, deadline - time.monotonic())))
         return len(self._producer) + len(self._dead_letters)
 
     def close(self) -> None:

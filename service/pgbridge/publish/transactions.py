@@ -66,14 +66,14 @@ class Fenced(FatalError):
 
 
 def serve_callbacks(serve: Callable[[float], int], timeout_s: float, raise_if_failed: Callable[[], None],
-                    refused: Callable[[KafkaException], Exception] | None = None) -> int:
+                    refused: Callable[[KafkaException], Exception]) -> int:
     """``serve(timeout_s)``, a librdkafka call that runs delivery and error callbacks (``flush``,
     ``poll``), with the two ways confluent-kafka reports a fatal producer error (a fenced producer:
     Kafka refuses every record of the open transaction) turned into pgbridge's:
 
     * it raises the fatal error itself from ``poll``/``flush`` (a ``KafkaException``) instead of
       handing it to the error callback: ``refused`` classifies it (``Fenced``, naming who took
-      over); without ``refused`` it goes on as it is, for a caller that classifies it;
+      over);
     * it was seen ending in ``SystemError: <method 'flush' ...> returned NULL without setting an
       exception``: the callbacks have recorded the cause and ``raise_if_failed`` raises it; with
       nothing recorded the ``SystemError`` goes on as it was.
@@ -85,8 +85,6 @@ def serve_callbacks(serve: Callable[[float], int], timeout_s: float, raise_if_fa
         raise_if_failed()
         raise
     except KafkaException as exc:
-        if refused is None:
-            raise
         raise refused(exc) from None
 
 
@@ -279,7 +277,8 @@ class KafkaTransactions:
                 self._producer.produce(self._topic, current.position.to_json(), self._key)
             # Every delivery report first: commit_transaction would commit a transaction whose
             # report failed only in our eyes (a "delivered" without an offset, producer.py).
-            if serve_callbacks(self._producer.flush, COMMIT_TIMEOUT_S, self._raise_if_failed):
+            if serve_callbacks(self._producer.flush, COMMIT_TIMEOUT_S, self._raise_if_failed,
+                               lambda exc: classify(exc, "committing a Kafka transaction")):
                 raise BrokerUnavailable(f"records of a Kafka transaction not acknowledged within "
                                         f"{COMMIT_TIMEOUT_S:.0f}s; it is aborted and read again from the slot")
             self._raise_if_failed()

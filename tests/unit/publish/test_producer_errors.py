@@ -234,13 +234,11 @@ def test_a_fatal_error_poll_and_flush_raise_is_the_publishers_failure(
         publisher.flush(0.1)
 
 
-def test_serve_callbacks_leaves_a_kafka_exception_to_a_caller_that_classifies_it() -> None:
+def test_serve_callbacks_raises_what_the_caller_makes_of_a_raised_fatal_error() -> None:
     def fatal_poll(_timeout: float) -> int:
         raise KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
 
-    with pytest.raises(KafkaException):
-        serve_callbacks(fatal_poll, 0.1, lambda: None)
-    with pytest.raises(Fenced):
+    with pytest.raises(Fenced, match="polling failed"):
         serve_callbacks(fatal_poll, 0.1, lambda: None, lambda exc: classify(exc, "polling"))
 
 
