@@ -26,10 +26,19 @@ with nothing new. Reported per table size:
 - ``archive_*``: the same runs with ``--class-archive-dir`` (docs/spark.md, "Scheduled runs"): the
   first (``archive_first_run_s``, with changes) writes the driver's class archive as it ends, the
   others map it (``archive_batch_s``: their micro-batches' own seconds);
+- ``quick_jit_*``: the same runs with ``--driver-java-options=-XX:TieredStopAtLevel=1`` (the driver
+  JVM compiles with C1 only: docs/spark.md, "Scheduled runs");
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
         [--table-formats delta iceberg]
+
+With ``--first-load-rows N`` it measures instead what ``QUICK_JIT`` costs a large batch: ``--rounds``
+first loads of ``N`` rows, each by a new process into an empty output, as documented and with
+``--driver-java-options=-XX:TieredStopAtLevel=1``, alternating (``first_loads``).
+
+    .venv/bin/python bench/spark_delta_batches.py --first-load-rows 2000000 --rounds 2 \
+        --output bench/results/spark-first-load-quick-jit.json
 
 With ``--table-formats delta iceberg`` each format is measured in turn in the one run (the same
 Spark session for the in-driver figures; ``python -m pgbridge_spark.mirror --table-format ...`` for
@@ -73,6 +82,7 @@ from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "spark-delta-batches.json"
 BASE_LSN = 0x1000000
+QUICK_JIT = "-XX:TieredStopAtLevel=1"  # C1 only: what docs/spark.md suggests for scheduled small batches
 
 
 def change(i: int, op: str, lsn: int, order: int, v: int) -> dict[str, Any]:
@@ -230,6 +240,8 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
         first_s = run_process(cluster.bootstrap, out, *archive)[0]
         archived = process_rounds(cluster.bootstrap, out, rows, changes, range(4 * rounds + 2, 5 * rounds + 2),
                                   *archive)
+        quick = process_rounds(cluster.bootstrap, out, rows, changes, range(5 * rounds + 2, 6 * rounds + 2), *chosen,
+                               f"--driver-java-options={QUICK_JIT}")
         files = tables.file_count(spark, table)
         return {"table_format": table_format, "rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": rounded(batch_s), "batch_s_median": round(statistics.median(batch_s), 2),
@@ -243,10 +255,31 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
                 "archive_first_run_s": round(first_s, 2), "archive_run_s": rounded(archived[0]),
                 "archive_empty_run_s": rounded(archived[1]), "archive_batch_s": rounded(archived[2]),
                 "archive_run_minus_empty_s_median": median_difference(archived[0], archived[1]),
+                "quick_jit_run_s": rounded(quick[0]), "quick_jit_empty_run_s": rounded(quick[1]),
+                "quick_jit_batch_s": rounded(quick[2]),
+                "quick_jit_run_minus_empty_s_median": median_difference(quick[0], quick[1]),
                 "files": files}
     finally:
         cluster.close()
         shutil.rmtree(out, ignore_errors=True)
+
+
+def first_loads(rows: int, rounds: int, work: Path) -> dict[str, Any]:
+    """Seconds of ``rounds`` first loads of ``rows`` by a new process each (``run_process`` into an
+    empty output), as documented and with ``QUICK_JIT``, alternating: what C1 alone costs a job
+    whose batch is large, beside what it saves a small one (``quick_jit_*`` of ``measure``)."""
+    cluster = start_kafka(classpath("kafka"), 1)
+    seconds: dict[str, list[float]] = {"documented": [], "quick_jit": []}
+    try:
+        produce(cluster.bootstrap, TABLE_TOPIC, encoded(snapshot(rows)), create=True)
+        for _ in range(rounds):
+            for name, extra in (("documented", ()), ("quick_jit", (f"--driver-java-options={QUICK_JIT}",))):
+                out = Path(tempfile.mkdtemp(prefix="first-load-", dir=work))
+                seconds[name].append(run_process(cluster.bootstrap, out, *extra)[0])
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        cluster.close()
+    return {"rows": rows, **{f"{name}_first_load_s": rounded(values) for name, values in seconds.items()}}
 
 
 def main() -> int:
@@ -257,14 +290,26 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=RESULT)
     parser.add_argument("--table-formats", nargs="+", choices=("delta", "iceberg"), default=["delta"],
                         help="each format measured in turn, in one run (same session, same machine state)")
+    parser.add_argument("--first-load-rows", type=int, default=None,
+                        help="measure first loads of this many rows, as documented and with QUICK_JIT, instead")
     args = parser.parse_args()
+    os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(fetch("spark")))
+    if args.first_load_rows is not None:
+        load_before = os.getloadavg()
+        work = Path(tempfile.mkdtemp(prefix="pgbridge-first-loads-"))
+        try:
+            loads = first_loads(args.first_load_rows, args.rounds, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        write_result({"benchmark": f"first load by a new process, with and without {QUICK_JIT}", **loads},
+                     args.output, load_before)
+        return 0
 
     from pgbridge_spark.session import build_session
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("pgbridge_spark").setLevel(logging.INFO)
     load_before = os.getloadavg()
-    os.environ.setdefault("PGBRIDGE_SPARK_JARS", str(fetch("spark")))
     # what python -m pgbridge_spark.mirror builds: nothing tuned (Iceberg's jar beside Delta's when asked)
     spark = build_session("local[2]", table_format="iceberg" if "iceberg" in args.table_formats else "delta")
     spark.sparkContext.setLogLevel("ERROR")

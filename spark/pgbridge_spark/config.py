@@ -114,6 +114,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[MirrorConfig, argpars
     parser.add_argument("--class-archive-dir", default=None, metavar="DIR",
                         help="with python -m: keep a Java class archive of the driver here, so runs after the "
                              "first start faster (scheduled --available-now runs; docs/spark.md)")
+    parser.add_argument("--driver-java-options", default=None, metavar="OPTIONS",
+                        help="with python -m: the driver JVM's options, as spark-submit's flag of that name "
+                             "(write --driver-java-options=-XX:...); e.g. -XX:TieredStopAtLevel=1 for scheduled "
+                             "runs of small batches (docs/spark.md, \"Scheduled runs\")")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the topics come from pgbridge's kafka.exactly_once: skip the duplicate filter")
     parser.add_argument("--history", action="store_true",

@@ -519,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     master = args.master or (None if submitted else "local[2]")
     try:
         spark = build_session(master, jars=master is not None and not args.no_packages, table_format=config.table_format,
-                              class_archive_dir=args.class_archive_dir,
+                              class_archive_dir=args.class_archive_dir, driver_java_options=args.driver_java_options,
                               **({"driver_memory": args.driver_memory} if args.driver_memory else {}))
         query = MirrorJob(spark, config).start(available_now=args.available_now)
     except (MissingJars, MissingDelta, MissingIceberg, MissingKafkaSource, MissingSparkAvro,

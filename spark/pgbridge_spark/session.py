@@ -24,7 +24,8 @@ classes again, seconds of a small batch's run. The first run writes a class-data
 of what it loaded when it exits (``-XX:ArchiveClassesAtExit``, Java 13+); later runs map it
 (``-XX:SharedArchiveFile``). The archive is a cache, never state: its name carries what it was made
 from (pyspark, the Java), a JVM that cannot use it says so in one warning line and runs without
-it, and a deleted one is written again.
+it, and a deleted one is written again. Its option joins the driver's own (``--driver-java-options``,
+``java_options``) in ``spark.driver.extraJavaOptions``, the one key Spark reads them from.
 """
 
 from __future__ import annotations
@@ -107,16 +108,19 @@ def class_archive_option(archive: Path, class_path_folders: Iterable[Path]) -> s
 
 def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", *, jars: bool = True,
                   driver_memory: str = DEFAULT_DRIVER_MEMORY, class_archive_dir: str | None = None,
-                  table_format: str = "delta") -> SparkSession:
-    """A SparkSession for the job; ``master``, jars, driver memory and the class archive only when
-    not under spark-submit (which starts the driver's JVM itself). Iceberg's runtime jar joins the
-    others for ``table_format="iceberg"`` only (Delta stays: the consistent job's control table)."""
+                  driver_java_options: str | None = None, table_format: str = "delta") -> SparkSession:
+    """A SparkSession for the job; ``master``, jars, driver memory, the driver's JVM options and the
+    class archive only when not under spark-submit (which starts the driver's JVM itself). Iceberg's
+    runtime jar joins the others for ``table_format="iceberg"`` only (Delta stays: the consistent
+    job's control table)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master).config("spark.driver.memory", driver_memory)
-        if class_archive_dir:
-            builder = _with_class_archive(builder, Path(class_archive_dir).expanduser().resolve())
+        archive = _class_archive(Path(class_archive_dir).expanduser().resolve()) if class_archive_dir else None
+        options = java_options(driver_java_options, archive)
+        if options is not None:
+            builder = builder.config("spark.driver.extraJavaOptions", options)
     if jars:
         artifacts = ARTIFACTS + (ICEBERG_ARTIFACTS if table_format == "iceberg" else ())
         builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars(artifacts)))
@@ -125,7 +129,16 @@ def build_session(master: str | None = None, app_name: str = "pgbridge-mirror", 
     return builder.getOrCreate()
 
 
-def _with_class_archive(builder: SparkSession.Builder, directory: Path) -> SparkSession.Builder:
+def java_options(chosen: str | None, class_archive: str | None) -> str | None:
+    """The driver's ``spark.driver.extraJavaOptions``: ``--driver-java-options`` and the class
+    archive's option together (Spark takes one string for the key); ``None`` when neither is given,
+    so a value from ``spark-defaults.conf`` stays."""
+    options = " ".join(part for part in ((chosen or "").strip(), class_archive or "") if part)
+    return options or None
+
+
+def _class_archive(directory: Path) -> str | None:
+    """The class archive's JVM option for ``directory`` (logged), ``None`` when one cannot be written."""
     directory.mkdir(parents=True, exist_ok=True)
     archive = class_archive_path(directory)
     option = class_archive_option(archive, class_path_folders(os.environ))
@@ -133,10 +146,10 @@ def _with_class_archive(builder: SparkSession.Builder, directory: Path) -> Spark
         log.warning("class archive %s not written: a configuration folder with files is on the driver's class "
                     "path (SPARK_CONF_DIR, HADOOP_CONF_DIR or YARN_CONF_DIR), which Java's class-data sharing "
                     "refuses", archive)
-        return builder
+        return None
     log.info("class archive %s: %s", archive, "mapped" if option.startswith(MAP_ARCHIVE) else
              "written when this run ends")
-    return builder.config("spark.driver.extraJavaOptions", option)
+    return option
 
 
 def apply_job_defaults(spark: SparkSession) -> None:

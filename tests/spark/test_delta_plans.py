@@ -31,6 +31,7 @@ from pgbridge_spark.session import (
     class_archive_option,
     class_archive_path,
     class_path_folders,
+    java_options,
     shuffle_partitions,
     table_workers,
 )
@@ -215,6 +216,22 @@ def test_no_class_archive_is_written_with_a_folder_of_files_on_the_class_path(tm
     assert class_archive_option(archive, [empty, conf]) is None
     archive.write_bytes(b"x")  # mapping one is fine: a JVM that cannot use it runs without it
     assert class_archive_option(archive, [conf]) == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_driver_java_options_are_read_as_spark_submit_reads_them() -> None:
+    base = ["--bootstrap-servers", "k:9092", "--output", "o", "--checkpoint", "c"]
+    assert parse_args(base)[1].driver_java_options is None
+    chosen = parse_args([*base, "--driver-java-options=-XX:TieredStopAtLevel=1 -Xss4m"])[1]
+    assert chosen.driver_java_options == "-XX:TieredStopAtLevel=1 -Xss4m"
+
+
+def test_the_drivers_java_options_are_the_chosen_ones_then_the_archives() -> None:
+    assert java_options(None, None) is None  # spark-defaults.conf's value stays
+    assert java_options("  ", None) is None
+    assert java_options("-XX:TieredStopAtLevel=1", None) == "-XX:TieredStopAtLevel=1"
+    assert java_options(None, "-XX:SharedArchiveFile=/a.jsa") == "-XX:SharedArchiveFile=/a.jsa"
+    assert (java_options(" -Xss4m -Dx=1 ", "-XX:SharedArchiveFile=/a.jsa")
+            == "-Xss4m -Dx=1 -XX:SharedArchiveFile=/a.jsa")
 
 
 def test_the_class_archive_is_named_after_what_it_is_made_from(tmp_path: Path) -> None:

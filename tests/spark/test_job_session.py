@@ -59,10 +59,12 @@ def test_the_reading_tool_prints_a_table_with_deleted_rows_without_an_error_line
 
 
 def test_a_class_archive_is_written_by_the_first_run_and_mapped_by_the_next(tmp_path: Path) -> None:
-    # given: runs as python -m starts them (build_session), with --class-archive-dir's folder
+    # given: runs as python -m starts them (build_session), with --class-archive-dir's folder and
+    # --driver-java-options of their own
     archives = tmp_path / "archives"
     script = ("import sys; from pgbridge_spark.session import build_session; "
-              "s = build_session('local[1]', jars=False, class_archive_dir=sys.argv[1]); "
+              "s = build_session('local[1]', jars=False, class_archive_dir=sys.argv[1], "
+              "driver_java_options='-XX:TieredStopAtLevel=1 -Dpgbridge.probe=chosen'); "
               "print('JVM', *s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()"
               ".getInputArguments()); assert s.range(10).count() == 10; s.stop()")
 
@@ -76,8 +78,10 @@ def test_a_class_archive_is_written_by_the_first_run_and_mapped_by_the_next(tmp_
     # then: it wrote the archive as it exited
     written = list(archives.glob("*.jsa"))
     assert "-XX:ArchiveClassesAtExit=" in first and len(written) == 1 and written[0].stat().st_size > 0, first[-3000:]
+    # and: the driver's own options reached its JVM beside the archive's
+    assert "-XX:TieredStopAtLevel=1 -Dpgbridge.probe=chosen -XX:ArchiveClassesAtExit=" in first, first[-3000:]
     # when: the next run starts
     second = run()
     # then: its JVM mapped that archive (a JVM that cannot use one warns "Unable to use shared archive")
-    assert f"-XX:SharedArchiveFile={written[0]}" in second, second[-3000:]
+    assert f"-XX:SharedArchiveFile={written[0]}" in second and "-Dpgbridge.probe=chosen" in second, second[-3000:]
     assert "Unable to use shared archive" not in second and "[warning][cds" not in second, second[-3000:]
