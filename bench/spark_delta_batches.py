@@ -27,7 +27,8 @@ with nothing new. Reported per table size:
   first (``archive_first_run_s``, with changes) writes the driver's class archive as it ends, the
   others map it (``archive_batch_s``: their micro-batches' own seconds);
 - ``quick_jit_*``: the same runs with ``--driver-java-options=-XX:TieredStopAtLevel=1`` (the driver
-  JVM compiles with C1 only: docs/spark.md, "Scheduled runs");
+  JVM compiles with C1 only: docs/spark.md, "Scheduled runs"); ``quick_jit_archive_*``: with the
+  class archive too;
 - ``files``: files of the table after the rounds.
 
     .venv/bin/python bench/spark_delta_batches.py --rows 1000000 10000000 [--changes 1000] [--rounds 3]
@@ -242,6 +243,8 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
                                   *archive)
         quick = process_rounds(cluster.bootstrap, out, rows, changes, range(5 * rounds + 2, 6 * rounds + 2), *chosen,
                                f"--driver-java-options={QUICK_JIT}")
+        both = process_rounds(cluster.bootstrap, out, rows, changes, range(6 * rounds + 2, 7 * rounds + 2), *archive,
+                              f"--driver-java-options={QUICK_JIT}")
         files = tables.file_count(spark, table)
         return {"table_format": table_format, "rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": rounded(batch_s), "batch_s_median": round(statistics.median(batch_s), 2),
@@ -258,6 +261,8 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
                 "quick_jit_run_s": rounded(quick[0]), "quick_jit_empty_run_s": rounded(quick[1]),
                 "quick_jit_batch_s": rounded(quick[2]),
                 "quick_jit_run_minus_empty_s_median": median_difference(quick[0], quick[1]),
+                "quick_jit_archive_run_s": rounded(both[0]), "quick_jit_archive_empty_run_s": rounded(both[1]),
+                "quick_jit_archive_run_minus_empty_s_median": median_difference(both[0], both[1]),
                 "files": files}
     finally:
         cluster.close()
