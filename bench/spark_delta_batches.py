@@ -84,6 +84,7 @@ from pgbridge.embedded.apache_kafka import start_kafka  # noqa: E402
 RESULT = ROOT / "bench" / "results" / "spark-delta-batches.json"
 BASE_LSN = 0x1000000
 QUICK_JIT = "-XX:TieredStopAtLevel=1"  # C1 only: what docs/spark.md suggests for scheduled small batches
+QUICK_JIT_OPTION = f"--driver-java-options={QUICK_JIT}"
 
 
 def change(i: int, op: str, lsn: int, order: int, v: int) -> dict[str, Any]:
@@ -193,6 +194,14 @@ def process_rounds(bootstrap: str, out: Path, rows: int, changes: int, rounds: r
     return runs, empty, batches
 
 
+def process_figures(name: str, rounds: tuple[list[float], list[float], list[float | None]]) -> dict[str, Any]:
+    """``process_rounds``' figures under ``name``: the runs, the empty runs, the micro-batches' own
+    seconds and the median difference."""
+    runs, empty, batches = rounds
+    return {f"{name}_run_s": rounded(runs), f"{name}_empty_run_s": rounded(empty), f"{name}_batch_s": rounded(batches),
+            f"{name}_run_minus_empty_s_median": median_difference(runs, empty)}
+
+
 def median_difference(runs: list[float], empty: list[float]) -> float:
     """What the batch costs: the median of (run with it minus run with nothing new)."""
     return round(statistics.median(a - b for a, b in zip(runs, empty, strict=True)), 2)
@@ -242,9 +251,9 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
         archived = process_rounds(cluster.bootstrap, out, rows, changes, range(4 * rounds + 2, 5 * rounds + 2),
                                   *archive)
         quick = process_rounds(cluster.bootstrap, out, rows, changes, range(5 * rounds + 2, 6 * rounds + 2), *chosen,
-                               f"--driver-java-options={QUICK_JIT}")
+                               QUICK_JIT_OPTION)
         both = process_rounds(cluster.bootstrap, out, rows, changes, range(6 * rounds + 2, 7 * rounds + 2), *archive,
-                              f"--driver-java-options={QUICK_JIT}")
+                              QUICK_JIT_OPTION)
         files = tables.file_count(spark, table)
         return {"table_format": table_format, "rows": rows, "changes": changes, "initial_load_s": round(load_s, 2),
                 "batch_s": rounded(batch_s), "batch_s_median": round(statistics.median(batch_s), 2),
@@ -252,17 +261,9 @@ def measure(spark: Any, rows: int, changes: int, rounds: int, work: Path, table_
                 "run_minus_empty_s_median": median_difference(run_s, empty_s),
                 "fixed_s": round(fixed_s, 2), "rows_changed_last_round": changed,
                 "streaming_batch_s": rounded(stream_s), "streaming_fixed_s": rounded(stream_fixed_s),
-                "process_run_s": rounded(process[0]), "process_empty_run_s": rounded(process[1]),
-                "process_batch_s": rounded(process[2]),
-                "process_run_minus_empty_s_median": median_difference(process[0], process[1]),
-                "archive_first_run_s": round(first_s, 2), "archive_run_s": rounded(archived[0]),
-                "archive_empty_run_s": rounded(archived[1]), "archive_batch_s": rounded(archived[2]),
-                "archive_run_minus_empty_s_median": median_difference(archived[0], archived[1]),
-                "quick_jit_run_s": rounded(quick[0]), "quick_jit_empty_run_s": rounded(quick[1]),
-                "quick_jit_batch_s": rounded(quick[2]),
-                "quick_jit_run_minus_empty_s_median": median_difference(quick[0], quick[1]),
-                "quick_jit_archive_run_s": rounded(both[0]), "quick_jit_archive_empty_run_s": rounded(both[1]),
-                "quick_jit_archive_run_minus_empty_s_median": median_difference(both[0], both[1]),
+                **process_figures("process", process),
+                "archive_first_run_s": round(first_s, 2), **process_figures("archive", archived),
+                **process_figures("quick_jit", quick), **process_figures("quick_jit_archive", both),
                 "files": files}
     finally:
         cluster.close()
@@ -278,7 +279,7 @@ def first_loads(rows: int, rounds: int, work: Path) -> dict[str, Any]:
     try:
         produce(cluster.bootstrap, TABLE_TOPIC, encoded(snapshot(rows)), create=True)
         for _ in range(rounds):
-            for name, extra in (("documented", ()), ("quick_jit", (f"--driver-java-options={QUICK_JIT}",))):
+            for name, extra in (("documented", ()), ("quick_jit", (QUICK_JIT_OPTION,))):
                 out = Path(tempfile.mkdtemp(prefix="first-load-", dir=work))
                 seconds[name].append(run_process(cluster.bootstrap, out, *extra)[0])
                 shutil.rmtree(out, ignore_errors=True)

@@ -277,14 +277,13 @@ class KafkaTransactions:
                 self._producer.produce(self._topic, current.position.to_json(), self._key)
             # Every delivery report first: commit_transaction would commit a transaction whose
             # report failed only in our eyes (a "delivered" without an offset, producer.py).
-            if serve_callbacks(self._producer.flush, COMMIT_TIMEOUT_S, self._raise_if_failed,
-                               lambda exc: classify(exc, "committing a Kafka transaction")):
+            if serve_callbacks(self._producer.flush, COMMIT_TIMEOUT_S, self._raise_if_failed, _commit_refused):
                 raise BrokerUnavailable(f"records of a Kafka transaction not acknowledged within "
                                         f"{COMMIT_TIMEOUT_S:.0f}s; it is aborted and read again from the slot")
             self._raise_if_failed()
             self._producer.commit_transaction(COMMIT_TIMEOUT_S)
         except KafkaException as exc:
-            raise classify(exc, "committing a Kafka transaction") from None
+            raise _commit_refused(exc) from None
         self._open = None
         self.committed += 1
         if self._on_commit is not None:
@@ -314,6 +313,11 @@ class KafkaTransactions:
             self._producer.abort_transaction(10.0)
         except KafkaException:
             log.debug("abort_transaction failed while closing", exc_info=True)
+
+
+def _commit_refused(exc: KafkaException) -> FatalError | TransientError:
+    """What a failed commit is, whether its flush or ``commit_transaction`` raised it."""
+    return classify(exc, "committing a Kafka transaction")
 
 
 def classify(exc: KafkaException, doing: str) -> FatalError | TransientError:
