@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
-import subprocess
-import sys
+import time
 
 import psycopg
 import pytest
 
+from tests.support.bridge import BridgeProcess
 from tests.support.broker import Broker, broker_kind
 from tests.support.cli import check
 from tests.support.kafka import create_topic
 from tests.support.ports import free_port
 from tests.support.postgres import PgClusterFactory
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -139,34 +141,33 @@ def test_check_against_an_unreachable_broker_prints_its_verdict_and_no_librdkafk
     assert len(output.splitlines()) <= 3, output
 
 
-def test_json_logs_carry_librdkafka_lines_as_structured_records_once(pg_dsn: str) -> None:
-    # given: pgbridge run against a refused broker port logs in JSON for a few seconds
-    import json
-    import signal
-    import time
+def _librdkafka_refusals(log: str) -> list[dict[str, object]]:
+    """The JSON records librdkafka's refused connections became (every line must be JSON)."""
+    records = [json.loads(line) for line in log.splitlines() if line.strip()]
+    return [r for r in records if r.get("logger") == "librdkafka" and "refused" in str(r.get("msg"))]
 
+
+def test_json_logs_carry_librdkafka_lines_as_structured_records_once(pg_dsn: str) -> None:
+    # given: pgbridge run against a refused broker port, logging in JSON
     port = free_port()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE good (id int PRIMARY KEY); CREATE PUBLICATION pub FOR TABLE good")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PGBRIDGE_")}
     env = {**clean, **_env(pg_dsn, f"127.0.0.1:{port}"), "PGBRIDGE_LOG__JSON": "true",
            "PGBRIDGE_HTTP__PORT": "0", "PGBRIDGE_SNAPSHOT__MODE": "never", "PGBRIDGE_HA__LEADER_ELECTION": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "pgbridge", "run"], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        # Not a wait for a condition: the retries to log (librdkafka reconnecting with backoff to the
-        # refused port while pgbridge waits for metadata, asked in 1 s attempts).
-        time.sleep(6)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:  # a stop while starting is acted on within about a second (test_shutdown.py)
-            _out, err = process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _out, err = process.communicate()
-            pytest.fail(f"pgbridge run did not stop within 30 s of SIGTERM:\n{err[-3000:]}")
-    # then: every line is JSON, and the refused connection is reported a bounded number of times
-    records = [json.loads(line) for line in err.splitlines() if line.strip()]
-    refused = [r for r in records if r.get("logger") == "librdkafka" and "refused" in str(r.get("msg"))]
-    assert 1 <= len(refused) <= 4, err
+    with BridgeProcess(env).start() as bridge:
+        # when: the refusal is logged while pgbridge still waits for metadata (within an attempt, not
+        # at the end of the wait), and librdkafka goes on retrying
+        try:
+            wait_until(lambda: _librdkafka_refusals(bridge.log()), timeout=120,
+                       message="a librdkafka refusal logged while waiting for Kafka")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{bridge.log()[-3000:]}") from exc
+        # Not a wait for a condition: the retries to fold into that line. librdkafka reconnects after
+        # 0.1 s, doubling, so within 3 s it tries at least four more times.
+        time.sleep(3)
+        assert bridge.terminate(timeout=30) == 0, bridge.log()[-3000:]
+    # then: every line is JSON, and the repeated refusal was reported a bounded number of times
+    refused = _librdkafka_refusals(bridge.log())
+    assert 1 <= len(refused) <= 4, bridge.log()[-3000:]
     assert all(r.get("facility") for r in refused)

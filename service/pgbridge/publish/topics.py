@@ -160,7 +160,12 @@ class TopicManager:
         return self._listed
 
     def _list_topics(self) -> ClusterMetadata:
-        """The cluster's metadata, asked in attempts (``ATTEMPT_S``) until ``timeout_s``."""
+        """The cluster's metadata, asked in attempts (``ATTEMPT_S``) until ``timeout_s``.
+
+        Between attempts the admin client is polled: what librdkafka logged while trying (a refused
+        connection, a name that does not resolve) is what a user waiting on a wrong address needs,
+        and it reaches the log within an attempt instead of at the end of the whole wait.
+        """
         deadline = time.monotonic() + self._timeout_s
         attempt = ATTEMPT_S
         while True:
@@ -176,6 +181,7 @@ class TopicManager:
                     raise BrokerUnavailable(f"cannot list Kafka's topics: {exc}") from None
                 if code == KafkaError._TIMED_OUT:
                     attempt *= 2
+                self.poll()  # the attempt's log lines (a refused connection) now, not at the deadline
                 time.sleep(max(0.0, began + 0.1 - time.monotonic()))  # never a busy loop
 
     def _result(self, future: Future[None], doing: str) -> None:

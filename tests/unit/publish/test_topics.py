@@ -309,6 +309,17 @@ def test_a_broker_unreachable_until_the_timeout_is_still_the_same_transient_erro
     assert 2 <= admin.listings <= 6  # attempts at least 0.1 s apart, never a busy loop
 
 
+def test_what_librdkafka_logged_during_an_attempt_is_served_before_the_next_one() -> None:
+    # given: the admin client's lines are queued until polled; no broker answers the first three attempts
+    polls_before: list[int] = []
+    admin = FakeAdmin(list_error=_kafka_failure(KafkaError._TRANSPORT), list_errors_before=3)
+    admin.on_list = lambda _n, _timeout: polls_before.append(admin.polls)
+    # when
+    TopicManager(cast(AdminClient, admin), partitions=1, replication_factor=1, timeout_s=30.0).ensure("app.public.t")
+    # then: a poll after each failed attempt, so a refused connection is logged within an attempt
+    assert polls_before == [0, 1, 2, 3]
+
+
 def test_a_stop_ends_the_wait_for_a_topic_creation() -> None:
     stop = threading.Event()
     admin = FakeAdmin(pending={"app.public.t"})
