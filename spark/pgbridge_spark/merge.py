@@ -24,7 +24,7 @@ column's value through every rule above (a map cannot be grouped or carried per 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -242,6 +242,42 @@ def with_key_range(plan: MergePlan, key: str, low: int, high: int) -> MergePlan:
     if plan.truncate_before is not None:
         return plan
     return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} BETWEEN {int(low)} AND {int(high)}")
+
+
+# The most changes a batch may hold for its MERGE to name its keys (``with_key_set``): beyond that
+# the list costs more to plan than it saves.
+KEY_SET_MAX: Final = 10_000
+
+
+def key_set_worth(changes: int, low: int, high: int) -> bool:
+    """Whether naming a batch's keys can narrow its ``MERGE`` beyond its key range: at most
+    ``KEY_SET_MAX`` changes, and a range holding more integers than the batch has changes (keys
+    spread over the table; a batch of consecutive keys is bounded by its range already)."""
+    return 1 < changes <= KEY_SET_MAX and high - low + 1 > changes
+
+
+def batch_keys(changes: DataFrame, key: str) -> DataFrame:
+    """The distinct values of ``key`` in either image of a batch of change rows (column ``k``): every
+    key the batch's ``MERGE`` source holds (a delete's and a key change's old key is in ``before``)."""
+    images = F.array(F.col("after").getField(key), F.col("before").getField(key))
+    return changes.select(F.explode(images).alias("k")).where(F.col("k").isNotNull()).distinct()
+
+
+def with_key_set(plan: MergePlan, key: str, keys: Iterable[int]) -> MergePlan:
+    """``plan`` whose condition also limits the target's ``key`` to ``keys``, the batch's keys.
+
+    Why: with keys spread over the table no file's key range misses the batch, so the key range
+    skips nothing, and Delta's ``MERGE`` reads the table three times (to find the touched files,
+    to write the changed rows, to write the deletion vectors), each time carrying every row
+    through its join. A predicate on the target alone is applied right after each of those scans,
+    so only the batch's rows go on. It skips no more files than the range (Delta's data skipping
+    takes an ``IN`` list by its lowest and highest value). It changes no outcome: every source
+    row's key is in ``keys``, so the same pairs match. Not for a plan with a truncate (``WHEN NOT
+    MATCHED BY SOURCE`` must see every row)."""
+    values = sorted({int(k) for k in keys})
+    if plan.truncate_before is not None or not values:
+        return plan
+    return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} IN ({', '.join(map(str, values))})")
 
 
 def _newer() -> str:

@@ -82,9 +82,11 @@ from pgbridge_spark.merge import (
     UNREPRESENTABLE_COLUMN,
     UNREPRESENTABLE_MIRROR_TYPE,
     Position,
+    batch_keys,
     history_plan,
     history_source,
     key_bounds,
+    key_set_worth,
     keyed_plan,
     keyless_plan,
     keyless_source,
@@ -94,6 +96,7 @@ from pgbridge_spark.merge import (
     reduce_keyed,
     stored_entries,
     with_key_range,
+    with_key_set,
 )
 from pgbridge_spark.packages import MissingJars
 from pgbridge_spark.progress import TableProgress, new_changes_condition
@@ -449,15 +452,16 @@ class MirrorJob:
             highs = [r[KEY_HIGH] for r in stats if KEY_HIGH in r and r[KEY_HIGH] is not None]
             key_range = (min(lows), max(highs)) if lows and highs else None
             self._write_mirror(spark, table, (truncate, truncate_time), any(r["toast"] > 0 for r in stats), resets,
-                               commit, key_range)
+                               commit, key_range, count)
         self._progress[table.path] = progress
         return count
 
     def _write_mirror(self, spark: SparkSession, table: _TableBatch, truncated: tuple[Position | None, int | None],
                       with_toast: bool, resets: Mapping[str, Position], commit: Commit,
-                      key_range: tuple[int, int] | None = None) -> None:
+                      key_range: tuple[int, int] | None = None, changes: int = 0) -> None:
         """One commit: an append into a table with nothing stored yet, else one ``MERGE`` (bounded
-        to the batch's key range when it has one: ``merge.with_key_range``)."""
+        to the batch's key range when it has one: ``merge.with_key_range``, and to its keys when
+        they are few and spread: ``merge.with_key_set``)."""
         path, row_type = table.path, table.row_type
         truncate, truncate_time = truncated
         history = self.config.history and table.key_type is not None
@@ -494,6 +498,9 @@ class MirrorJob:
             key = range_key(table.key_type)
             if key is not None and key_range is not None:
                 plan_of_merge = with_key_range(plan_of_merge, key, *key_range)
+                if plan_of_merge.truncate_before is None and key_set_worth(changes, *key_range):
+                    values = [int(r["k"]) for r in batch_keys(table.changes, key).collect()]
+                    plan_of_merge = with_key_set(plan_of_merge, key, values)
             tables.merge(spark, path, source, plan_of_merge, commit)
 
     def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:

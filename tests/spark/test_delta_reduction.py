@@ -31,9 +31,11 @@ from pgbridge_spark.merge import (
     TOAST,
     VALID_FROM_LSN,
     VALID_TO_LSN,
+    batch_keys,
     history_plan,
     history_source,
     key_bounds,
+    key_set_worth,
     keyed_plan,
     keyless_plan,
     keyless_source,
@@ -42,6 +44,7 @@ from pgbridge_spark.merge import (
     reduce_keyed,
     stored_entries,
     with_key_range,
+    with_key_set,
 )
 from pgbridge_spark.mirror import POSITION_FIELDS
 from pgbridge_spark.schemas import change_type
@@ -173,21 +176,25 @@ def test_history_keeps_every_version_with_its_validity_and_a_delete_or_truncate_
         (5, "after", 30, None, True)]
 
 
-def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_range(spark: Any, tmp_path: Path) -> None:
-    # given: 400 rows in four files of disjoint key ranges (the mirror's first write), and every file
-    # but the one holding key 7 made unreadable
-    path = str(tmp_path / "ranges")
+def _four_files_some_unreadable(spark: Any, path: str, keep: set[int]) -> None:
+    """400 rows (ids 0-399) in four files of disjoint key ranges (the mirror's first write); every
+    file holding none of the ids in ``keep`` made unreadable, so a ``MERGE`` that reads one fails."""
     delta_tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
     first = spark.createDataFrame([change("c", 10, i, None, (i, "v", None)) for i in range(400)], change_type(ROW, KEY))
     (mirror_rows(reduce_keyed(first, ROW, ["id"], None, False), ROW, True).repartitionByRange(4, "id")
      .write.format("delta").mode("append").save(path))
-    files = {r["file"]: r["low"] for r in spark.read.format("delta").load(path).groupBy(
-        F.col("_metadata.file_path").alias("file")).agg(F.min("id").alias("low")).collect()}
+    files = {r["file"]: (r["low"], r["high"]) for r in spark.read.format("delta").load(path).groupBy(
+        F.col("_metadata.file_path").alias("file")).agg(F.min("id").alias("low"), F.max("id").alias("high")).collect()}
     assert len(files) == 4
-    holding_7 = max((f for f, low in files.items() if low <= 7), key=lambda f: files[f])
-    for file in files:
-        if file != holding_7:
+    for file, (low, high) in files.items():
+        if not any(low <= k <= high for k in keep):
             Path(file.removeprefix("file:")).write_bytes(b"not parquet")
+
+
+def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_range(spark: Any, tmp_path: Path) -> None:
+    # given: every file but the one holding key 7 unreadable
+    path = str(tmp_path / "ranges")
+    _four_files_some_unreadable(spark, path, {7})
     batch = spark.createDataFrame([change("u", 20, 1, None, (7, "new", None))], change_type(ROW, KEY))
     source = reduce_keyed(batch, ROW, ["id"], None, False)
     key = range_key(KEY)
@@ -201,6 +208,42 @@ def test_a_batch_bounded_to_its_key_range_reads_only_the_files_holding_that_rang
     delta_tables.merge(spark, path, source, with_key_range(keyed_plan(ROW, ["id"], None), key, low, high), commit())
     updated = spark.read.format("delta").load(path).where("id = 7").collect()
     assert [(r["id"], r["v"]) for r in updated] == [(7, "new")]
+
+
+def test_a_merge_limited_to_the_batch_keys_applies_updates_deletes_and_key_changes(
+        spark: Any, tables: TableFormat, tmp_path: Path) -> None:
+    # given: 400 rows; a batch spread over them: an update, a delete and a key change (whose old
+    # key is only in its before image)
+    path = str(tmp_path / "spread")
+    tables.create_table(spark, path, table_schema(ROW, POSITION_FIELDS))
+    first = spark.createDataFrame([change("c", 10, i, None, (i, "v", None)) for i in range(400)], change_type(ROW, KEY))
+    tables.append(mirror_rows(reduce_keyed(first, ROW, ["id"], None, False), ROW, True), path, commit())
+    batch = spark.createDataFrame([change("u", 20, 1, None, (7, "new", None)),
+                                   change("d", 20, 2, (307, None, None), None),
+                                   change("u", 20, 3, (100, None, None), (1000, "moved", None))], change_type(ROW, KEY))
+    low, high = batch.agg(*key_bounds("id")).first()
+    assert (low, high) == (7, 1000) and key_set_worth(3, low, high)
+    keys = sorted(r["k"] for r in batch_keys(batch, "id").collect())
+    assert keys == [7, 100, 307, 1000]
+    # when: one MERGE bounded by the range and limited to those keys
+    plan = with_key_set(with_key_range(keyed_plan(ROW, ["id"], None), "id", low, high), "id", keys)
+    tables.merge(spark, path, reduce_keyed(batch, ROW, ["id"], None, False), plan, commit())
+    # then: every change applied, every other row as it was
+    rows = {r["id"]: r["v"] for r in tables.read(spark, path).collect()}
+    assert (rows[7], rows[1000]) == ("new", "moved") and 307 not in rows and 100 not in rows
+    assert len(rows) == 399 and all(v == "v" for k, v in rows.items() if k not in (7, 1000))
+
+
+def test_the_key_set_is_named_for_few_spread_changes_only_and_never_with_a_truncate() -> None:
+    assert key_set_worth(1000, 1, 10_000_000)
+    assert not key_set_worth(1, 5, 5)  # one change: its range is its key
+    assert not key_set_worth(1000, 1, 1000)  # consecutive keys: the range is as narrow
+    assert not key_set_worth(20_000, 1, 10_000_000)  # too many to list
+    plan = keyed_plan(ROW, ["id"], None)
+    assert with_key_set(plan, "id", [9, -5, 9]).condition == "t.`id` = s.`id` AND t.`id` IN (-5, 9)"
+    assert with_key_set(plan, "id", []) == plan
+    truncating = keyed_plan(ROW, ["id"], (30, 1))
+    assert with_key_set(truncating, "id", [1, 2]) == truncating
 
 
 def test_the_key_range_bounds_only_single_integral_keys_and_plans_without_a_truncate() -> None:
