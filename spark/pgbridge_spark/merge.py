@@ -24,7 +24,7 @@ column's value through every rule above (a map cannot be grouped or carried per 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -227,8 +227,14 @@ def range_key(key_type: StructType | None) -> str | None:
 def key_bounds(key: str) -> list[Column]:
     """Aggregates of a batch of change rows: the lowest and highest value of ``key`` in either
     image (a delete's and a key change's old key is in ``before``), ``KEY_LOW`` / ``KEY_HIGH``."""
-    after, before = F.col("after").getField(key), F.col("before").getField(key)
+    after, before = _key_images(key)
     return [F.min(F.least(after, before)).alias(KEY_LOW), F.max(F.greatest(after, before)).alias(KEY_HIGH)]
+
+
+def _key_images(key: str) -> tuple[Column, Column]:
+    """``key`` in a change row's new and old image (a delete's and a key change's old key is in
+    ``before``)."""
+    return F.col("after").getField(key), F.col("before").getField(key)
 
 
 def with_key_range(plan: MergePlan, key: str, low: int, high: int) -> MergePlan:
@@ -259,7 +265,7 @@ def key_set_worth(changes: int, low: int, high: int) -> bool:
 def batch_keys(changes: DataFrame, key: str) -> DataFrame:
     """The distinct values of ``key`` in either image of a batch of change rows (column ``k``): every
     key the batch's ``MERGE`` source holds (a delete's and a key change's old key is in ``before``)."""
-    images = F.array(F.col("after").getField(key), F.col("before").getField(key))
+    images = F.array(*_key_images(key))
     return changes.select(F.explode(images).alias("k")).where(F.col("k").isNotNull()).distinct()
 
 
@@ -278,6 +284,18 @@ def with_key_set(plan: MergePlan, key: str, keys: Iterable[int]) -> MergePlan:
     if plan.truncate_before is not None or not values:
         return plan
     return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} IN ({', '.join(map(str, values))})")
+
+
+def bounded_to_batch(plan: MergePlan, key: str, low: int, high: int, changes: int,
+                     keys: Callable[[], Iterable[int]]) -> MergePlan:
+    """``plan`` bounded to the batch's key range (``with_key_range``) and, for few spread changes
+    (``key_set_worth``), to its keys (``with_key_set``). ``keys`` runs a Spark job, so it is called
+    only when the list is used; a plan with a truncate is left as it is (its ``WHEN NOT MATCHED BY
+    SOURCE`` reads every row)."""
+    if plan.truncate_before is not None:
+        return plan
+    bounded = with_key_range(plan, key, low, high)
+    return with_key_set(bounded, key, keys()) if key_set_worth(changes, low, high) else bounded
 
 
 def _newer() -> str:

@@ -83,10 +83,10 @@ from pgbridge_spark.merge import (
     UNREPRESENTABLE_MIRROR_TYPE,
     Position,
     batch_keys,
+    bounded_to_batch,
     history_plan,
     history_source,
     key_bounds,
-    key_set_worth,
     keyed_plan,
     keyless_plan,
     keyless_source,
@@ -95,8 +95,6 @@ from pgbridge_spark.merge import (
     range_key,
     reduce_keyed,
     stored_entries,
-    with_key_range,
-    with_key_set,
 )
 from pgbridge_spark.packages import MissingJars
 from pgbridge_spark.progress import TableProgress, new_changes_condition
@@ -460,8 +458,8 @@ class MirrorJob:
                       with_toast: bool, resets: Mapping[str, Position], commit: Commit,
                       key_range: tuple[int, int] | None = None, changes: int = 0) -> None:
         """One commit: an append into a table with nothing stored yet, else one ``MERGE`` (bounded
-        to the batch's key range when it has one: ``merge.with_key_range``, and to its keys when
-        they are few and spread: ``merge.with_key_set``)."""
+        to the batch's key range when it has one, and to its keys when they are few and spread:
+        ``merge.bounded_to_batch``)."""
         path, row_type = table.path, table.row_type
         truncate, truncate_time = truncated
         history = self.config.history and table.key_type is not None
@@ -497,10 +495,8 @@ class MirrorJob:
         else:
             key = range_key(table.key_type)
             if key is not None and key_range is not None:
-                plan_of_merge = with_key_range(plan_of_merge, key, *key_range)
-                if plan_of_merge.truncate_before is None and key_set_worth(changes, *key_range):
-                    values = [int(r["k"]) for r in batch_keys(table.changes, key).collect()]
-                    plan_of_merge = with_key_set(plan_of_merge, key, values)
+                plan_of_merge = bounded_to_batch(plan_of_merge, key, *key_range, changes,
+                                                 lambda: [int(r["k"]) for r in batch_keys(table.changes, key).collect()])
             tables.merge(spark, path, source, plan_of_merge, commit)
 
     def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:

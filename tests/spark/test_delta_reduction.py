@@ -32,6 +32,7 @@ from pgbridge_spark.merge import (
     VALID_FROM_LSN,
     VALID_TO_LSN,
     batch_keys,
+    bounded_to_batch,
     history_plan,
     history_source,
     key_bounds,
@@ -232,6 +233,22 @@ def test_a_merge_limited_to_the_batch_keys_applies_updates_deletes_and_key_chang
     rows = {r["id"]: r["v"] for r in tables.read(spark, path).collect()}
     assert (rows[7], rows[1000]) == ("new", "moved") and 307 not in rows and 100 not in rows
     assert len(rows) == 399 and all(v == "v" for k, v in rows.items() if k not in (7, 1000))
+
+
+def test_the_batch_bound_asks_for_the_keys_only_when_it_names_them() -> None:
+    asked: list[int] = []
+
+    def keys() -> list[int]:
+        asked.append(1)
+        return [3, 900]
+
+    plan = keyed_plan(ROW, ["id"], None)
+    assert bounded_to_batch(plan, "id", 3, 900, 2, keys).condition == \
+        "t.`id` = s.`id` AND t.`id` BETWEEN 3 AND 900 AND t.`id` IN (3, 900)"
+    assert bounded_to_batch(plan, "id", 3, 4, 2, keys) == with_key_range(plan, "id", 3, 4)  # consecutive
+    truncating = keyed_plan(ROW, ["id"], (30, 1))
+    assert bounded_to_batch(truncating, "id", 3, 900, 2, keys) == truncating
+    assert len(asked) == 1  # the Spark job behind ``keys`` ran for the first plan only
 
 
 def test_the_key_set_is_named_for_few_spread_changes_only_and_never_with_a_truncate() -> None:
