@@ -96,6 +96,8 @@ log = logging.getLogger(__name__)
 
 # How long a graceful stop waits for Kafka to acknowledge what is in flight.
 SHUTDOWN_FLUSH_S: Final = 30.0
+# Before a reconnect: reports already on their way arrive within this; a broker that is down is not waited for.
+TRANSIENT_FLUSH_S: Final = 2.0
 # Housekeeping (delivery callbacks, feedback, failure checks) at least every this many frames.
 HOUSEKEEPING_EVERY: Final = 512
 
@@ -437,18 +439,31 @@ class Session:
         """Stop on a record Kafka refused for good (``PublishError``: too large with
         ``kafka.oversize_policy=stop``, or not authorized). What was produced before it is still
         owed, as on a graceful stop: flushed (within ``SHUTDOWN_FLUSH_S``) and, where Kafka
-        acknowledged a whole transaction, confirmed. The refused record's transaction and everything
-        after it are never confirmed: the tracker confirms only an acknowledged prefix, capped below
-        the oldest unfinished transaction. Then close; the caller re-raises the refusal."""
+        acknowledged a whole transaction, confirmed. Then close; the caller re-raises the refusal."""
+        self._settle(SHUTDOWN_FLUSH_S, "before stopping on a refused record", logging.WARNING)
+
+    def close_after_transient(self) -> None:
+        """A transient failure tears the session down (supervisor.py): first confirm what Kafka
+        already acknowledged, waiting at most ``TRANSIENT_FLUSH_S`` for reports in flight. Without
+        it, a change delivered within the last feedback interval is delivered again by the next
+        session (a registry outage right after a commit did: the same row twice, allowed at
+        least once but avoidable). Postgres gone, or Kafka gone, only makes it confirm less."""
+        # Postgres gone is the usual transient failure, and the reconnect's warning already names it.
+        self._settle(TRANSIENT_FLUSH_S, "before reconnecting", logging.DEBUG)
+
+    def _settle(self, flush_s: float, when: str, failure_level: int) -> None:
+        """Flush for up to ``flush_s``, confirm the acknowledged prefix, close. The refused or
+        failed transaction and everything after it are never confirmed: the tracker confirms only
+        sealed, acknowledged units, capped below the oldest unfinished transaction."""
         try:
-            remaining = self.publisher.flush(SHUTDOWN_FLUSH_S)
+            remaining = self.publisher.flush(flush_s)
             if self.stream is not None:
                 self.reporter.report(None, idle=False, unfinished_lsn=self.assembler.oldest_unfinished_lsn(),
                                      reply_requested=False, now=time.monotonic())
-                log.info("confirmed before stopping on a refused record",
-                         extra={"lsn": format_lsn(self.reporter.final(self.stream)), "unacknowledged": remaining})
-        except (PgbridgeError, psycopg.Error) as exc:  # the refusal, not this, is what the operator must read
-            log.warning("could not confirm before stopping on a refused record", extra={"error": str(exc)})
+                log.info("confirmed what Kafka acknowledged", extra={
+                    "when": when, "lsn": format_lsn(self.reporter.final(self.stream)), "unacknowledged": remaining})
+        except (PgbridgeError, psycopg.Error) as exc:  # the failure, not this, is what the operator must read
+            log.log(failure_level, "could not confirm what Kafka acknowledged", extra={"when": when, "error": str(exc)})
         finally:
             self.close()
 

@@ -7,12 +7,14 @@
            Session.open / run ──StopRequested──▶ shutdown, drop the slot if asked, return
                  │ LeadershipLost ──▶ stand by again (a fenced producer stops instead)
                  │ SlotInUse      ──▶ retry at the standby interval
-                 │ TransientError ──▶ close, back off (0.5 s doubling to 30 s), open a new session
+                 │ TransientError ──▶ confirm what Kafka acknowledged, close, back off (0.5 s doubling
+                 │                    to 30 s), open a new session
                  ▼ anything else  ──▶ close and raise (the CLI exits 1)
 ```
 A new session resumes from the slot's confirmed LSN, so a reconnect loses nothing: what was
-delivered but not yet confirmed is delivered again, identical. The session itself (one connection's
-streaming loop) is ``pipeline.Session``; this module only decides whether and when to run another.
+delivered but not yet confirmed (Postgres went away first) is delivered again, identical. The
+session itself (one connection's streaming loop) is ``pipeline.Session``; this module only decides
+whether and when to run another.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
                 health.last_error = str(exc)
                 metrics.reconnects.labels(reconnect_target(exc)).inc()
                 log.warning("transient failure; reconnecting", extra={"error": str(exc), "retry_in_s": backoff})
-                session.close()
+                session.close_after_transient()
             except PublishError:
                 session.stop_on_refused()
                 raise
