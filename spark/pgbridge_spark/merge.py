@@ -243,11 +243,19 @@ def with_key_range(plan: MergePlan, key: str, low: int, high: int) -> MergePlan:
     A predicate on the target alone is what Delta's ``MERGE`` skips files by (their key
     minimum/maximum): a batch of recent inserts or of one hot key then reads the files holding its
     range, not the whole table. It changes no outcome: every source row's key is inside the range,
-    so the same pairs match. Not for a plan with a truncate (``WHEN NOT MATCHED BY SOURCE`` reads
-    every file anyway)."""
-    if plan.truncate_before is not None:
-        return plan
-    return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} BETWEEN {int(low)} AND {int(high)}")
+    so the same pairs match. Not for a plan with a truncate (``_narrowable``)."""
+    return _narrowed(plan, f"{quoted(key, 't')} BETWEEN {int(low)} AND {int(high)}")
+
+
+def _narrowable(plan: MergePlan) -> bool:
+    """Whether a predicate on the target may narrow ``plan``: not with a truncate, whose ``WHEN NOT
+    MATCHED BY SOURCE`` must see every row (and reads every file anyway)."""
+    return plan.truncate_before is None
+
+
+def _narrowed(plan: MergePlan, predicate: str) -> MergePlan:
+    """``plan`` whose condition also holds ``predicate`` on the target, when it is ``_narrowable``."""
+    return replace(plan, condition=f"{plan.condition} AND {predicate}") if _narrowable(plan) else plan
 
 
 # The most changes a batch may hold for its MERGE to name its keys (``with_key_set``): beyond that
@@ -278,24 +286,18 @@ def with_key_set(plan: MergePlan, key: str, keys: Iterable[int]) -> MergePlan:
     through its join. A predicate on the target alone is applied right after each of those scans,
     so only the batch's rows go on. It skips no more files than the range (Delta's data skipping
     takes an ``IN`` list by its lowest and highest value). It changes no outcome: every source
-    row's key is in ``keys``, so the same pairs match. Not for a plan with a truncate (``WHEN NOT
-    MATCHED BY SOURCE`` must see every row)."""
+    row's key is in ``keys``, so the same pairs match. Not for a plan with a truncate (``_narrowable``)."""
     values = sorted({int(k) for k in keys})
-    if plan.truncate_before is not None or not values:
-        return plan
-    return replace(plan, condition=f"{plan.condition} AND {quoted(key, 't')} IN ({', '.join(map(str, values))})")
+    return _narrowed(plan, f"{quoted(key, 't')} IN ({', '.join(map(str, values))})") if values else plan
 
 
 def bounded_to_batch(plan: MergePlan, key: str, low: int, high: int, changes: int,
                      keys: Callable[[], Iterable[int]]) -> MergePlan:
     """``plan`` bounded to the batch's key range (``with_key_range``) and, for few spread changes
     (``key_set_worth``), to its keys (``with_key_set``). ``keys`` runs a Spark job, so it is called
-    only when the list is used; a plan with a truncate is left as it is (its ``WHEN NOT MATCHED BY
-    SOURCE`` reads every row)."""
-    if plan.truncate_before is not None:
-        return plan
+    only when the list is used: never for a plan with a truncate (``_narrowable``)."""
     bounded = with_key_range(plan, key, low, high)
-    return with_key_set(bounded, key, keys()) if key_set_worth(changes, low, high) else bounded
+    return with_key_set(bounded, key, keys()) if _narrowable(plan) and key_set_worth(changes, low, high) else bounded
 
 
 def _newer() -> str:

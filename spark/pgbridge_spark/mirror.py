@@ -456,7 +456,7 @@ class MirrorJob:
 
     def _write_mirror(self, spark: SparkSession, table: _TableBatch, truncated: tuple[Position | None, int | None],
                       with_toast: bool, resets: Mapping[str, Position], commit: Commit,
-                      key_range: tuple[int, int] | None = None, changes: int = 0) -> None:
+                      key_range: tuple[int, int] | None, changes: int) -> None:
         """One commit: an append into a table with nothing stored yet, else one ``MERGE`` (bounded
         to the batch's key range when it has one, and to its keys when they are few and spread:
         ``merge.bounded_to_batch``)."""
@@ -496,7 +496,7 @@ class MirrorJob:
             key = range_key(table.key_type)
             if key is not None and key_range is not None:
                 plan_of_merge = bounded_to_batch(plan_of_merge, key, *key_range, changes,
-                                                 lambda: [int(r["k"]) for r in batch_keys(table.changes, key).collect()])
+                                                 lambda: [r["k"] for r in batch_keys(table.changes, key).collect()])
             tables.merge(spark, path, source, plan_of_merge, commit)
 
     def _upkeep(self, spark: SparkSession, applied: Mapping[str, str], batch_id: int) -> None:
