@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +78,17 @@ def parse_stat(pid: int, text: str) -> ProcStat:
     flags = int(fields[6])
     return ProcStat(pid=pid, started=int(fields[19]), cpu_ticks=int(fields[11]) + int(fields[12]),
                     kernel_thread=bool(flags & 0x00200000))  # PF_KTHREAD
+
+
+# A value given on a command line under a secret's name (``fs.s3a.secret.key=...``, ``--password=...``)
+# or as a URL's password: never written to the report.
+_SECRET_VALUE: Final = re.compile(r"((?:secret|password|passwd|token|credential)[\w.-]*=)[^\s]+"
+                                  r"|(://[^/:@\s]+:)[^/@\s]+(@)", re.IGNORECASE)
+
+
+def masked(command: str) -> str:
+    """``command`` with every secret-looking value replaced by ``***``."""
+    return _SECRET_VALUE.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[2]}***{m[3]}", command)
 
 
 def kind_of(command: str) -> str:
@@ -163,9 +175,9 @@ def main() -> int:
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({
-            "command": args.command, "exit_code": child.returncode, "wall_s": round(wall_s, 1), "cpus": cpus,
+            "command": [masked(word) for word in args.command], "exit_code": child.returncode, "wall_s": round(wall_s, 1), "cpus": cpus,
             "cpu_s_by_kind": {kind: round(seconds, 1) for kind, seconds in totals.items() if seconds >= 0.1},
-            "processes": [{"cpu_s": round((p.last_ticks - p.first_ticks) / TICKS_PER_S, 1), "command": p.command}
+            "processes": [{"cpu_s": round((p.last_ticks - p.first_ticks) / TICKS_PER_S, 1), "command": masked(p.command)}
                           for p in sorted(seen.values(), key=lambda p: p.first_ticks - p.last_ticks)
                           if p.last_ticks - p.first_ticks >= TICKS_PER_S],
         }, indent=1) + "\n", encoding="utf-8")
