@@ -6,7 +6,10 @@ means taking CPU away, and that needs to know whose it is: the JVMs, the bridge'
 pytest itself. This runs a command, reads ``/proc`` every ``--interval`` seconds, and adds up
 each process's CPU time (user + system) by kind, from its command line::
 
-    .venv/bin/python bench/suite_cpu.py --output bench/results/suite-cpu.json -- make test
+    make install && .venv/bin/python bench/suite_cpu.py --output bench/results/suite-cpu.json -- make test
+
+It writes command lines through pgbridge's own redaction (``pgbridge.logs.redact``), so it runs
+with the project's virtualenv.
 
 A process that lives less than one interval is missed, and what one uses between its last sample
 and its exit too, so the totals are a floor; processes already running when the command starts
@@ -18,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -27,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
+from e2e.procstat import TICKS_PER_S, parse_stat
+
+from pgbridge.logs import redact
 
 # (piece of the command line, kind), first match wins: the JVMs by their main class, then the rest.
 KINDS: Final = (
@@ -62,35 +66,6 @@ KINDS: Final = (
 )
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    """What ``/proc/PID/stat`` says of one process: who it is and the CPU it has used."""
-
-    pid: int
-    started: int  # clock ticks after boot: a pid reused later is another process
-    cpu_ticks: int  # user + system
-    kernel_thread: bool
-
-
-def parse_stat(pid: int, text: str) -> ProcStat:
-    """Parse ``/proc/PID/stat``; its second field, the name, may hold spaces and parentheses."""
-    fields = text[text.rindex(")") + 2:].split()
-    flags = int(fields[6])
-    return ProcStat(pid=pid, started=int(fields[19]), cpu_ticks=int(fields[11]) + int(fields[12]),
-                    kernel_thread=bool(flags & 0x00200000))  # PF_KTHREAD
-
-
-# A value given on a command line under a secret's name (``fs.s3a.secret.key=...``, ``--password=...``)
-# or as a URL's password: never written to the report.
-_SECRET_VALUE: Final = re.compile(r"((?:secret|password|passwd|token|credential)[\w.-]*=)[^\s]+"
-                                  r"|(://[^/:@\s]+:)[^/@\s]+(@)", re.IGNORECASE)
-
-
-def masked(command: str) -> str:
-    """``command`` with every secret-looking value replaced by ``***``."""
-    return _SECRET_VALUE.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[2]}***{m[3]}", command)
-
-
 def kind_of(command: str) -> str:
     """The kind of process a command line shows (KINDS), or ``other: <program>``."""
     for piece, kind in KINDS:
@@ -106,13 +81,18 @@ class Seen:
     first_ticks: int
     last_ticks: int
 
+    @property
+    def cpu_s(self) -> float:
+        """What the process used since it was first seen (or started, if after the first pass)."""
+        return (self.last_ticks - self.first_ticks) / TICKS_PER_S
+
 
 def cpu_by_kind(seen: Iterable[Seen]) -> dict[str, float]:
     """CPU seconds per kind, most first, each process counted from when it was first seen."""
     totals: dict[str, float] = {}
     for process in seen:
         kind = kind_of(process.command)
-        totals[kind] = totals.get(kind, 0.0) + (process.last_ticks - process.first_ticks) / TICKS_PER_S
+        totals[kind] = totals.get(kind, 0.0) + process.cpu_s
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
@@ -134,11 +114,11 @@ def sample(seen: dict[tuple[int, int], Seen], *, first: bool) -> None:
         stat_text = _read(f"/proc/{name}/stat")
         if stat_text is None:
             continue
-        stat = parse_stat(int(name), stat_text)
+        stat = parse_stat(stat_text)
         if stat.kernel_thread:
             continue
         command = (_read(f"/proc/{name}/cmdline") or "").replace("\0", " ").strip()
-        key = (stat.pid, stat.started)
+        key = (int(name), stat.started)
         known = seen.get(key)
         if known is None:
             seen[key] = Seen(command, stat.cpu_ticks if first else 0, stat.cpu_ticks)
@@ -175,11 +155,11 @@ def main() -> int:
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({
-            "command": [masked(word) for word in args.command], "exit_code": child.returncode, "wall_s": round(wall_s, 1), "cpus": cpus,
+            "command": [redact(word) for word in args.command], "exit_code": child.returncode,
+            "wall_s": round(wall_s, 1), "cpus": cpus,
             "cpu_s_by_kind": {kind: round(seconds, 1) for kind, seconds in totals.items() if seconds >= 0.1},
-            "processes": [{"cpu_s": round((p.last_ticks - p.first_ticks) / TICKS_PER_S, 1), "command": masked(p.command)}
-                          for p in sorted(seen.values(), key=lambda p: p.first_ticks - p.last_ticks)
-                          if p.last_ticks - p.first_ticks >= TICKS_PER_S],
+            "processes": [{"cpu_s": round(p.cpu_s, 1), "command": redact(p.command)}
+                          for p in sorted(seen.values(), key=lambda p: -p.cpu_s) if p.cpu_s >= 1],
         }, indent=1) + "\n", encoding="utf-8")
     return child.returncode
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -17,11 +17,25 @@ class ProcSample:
     main_thread_cpu_s: float = 0.0  # of which the main thread (pgbridge: the whole pipeline)
 
 
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/PID/stat`` says of one process: when it started and the CPU it has used."""
+
+    started: int  # clock ticks after boot: a pid reused later is another process
+    cpu_ticks: int  # utime + stime
+    kernel_thread: bool
+
+
+def parse_stat(text: str) -> ProcStat:
+    """Parse ``/proc/PID/stat``. The command name is in parentheses and may contain spaces: split
+    after the last ')'."""
+    fields = text[text.rindex(")") + 2:].split()
+    return ProcStat(started=int(fields[19]), cpu_ticks=int(fields[11]) + int(fields[12]),
+                    kernel_thread=bool(int(fields[6]) & 0x00200000))  # PF_KTHREAD
+
+
 def _cpu_of(stat_path: Path) -> float:
-    stat = stat_path.read_text()
-    # The command name is in parentheses and may contain spaces: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return parse_stat(stat_path.read_text()).cpu_ticks / TICKS_PER_S
 
 
 def sample(pid: int) -> ProcSample | None:

@@ -20,7 +20,8 @@ _SECRET_PATTERNS: Final = (
     (re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE), r"\1***"),
     (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),
     (re.compile(r"((?:sasl\.password|ssl\.key\.password|basic\.auth\.user\.info)\W+)\S+", re.IGNORECASE),
-     r"\1***"),
+     r"\1***"),    # any setting named for a secret (sasl.oauthbearer.client.secret, fs.s3a.secret.key) given as name=value
+    (re.compile(r"([\w.-]*secret[\w.-]*\s*=\s*)\S+", re.IGNORECASE), r"\1***"),
 )
 
 

@@ -95,6 +95,13 @@ def test_redaction_hides_passwords_in_dsns_and_uris() -> None:
     assert "secret" not in redact("sasl.password=secret")
 
 
+def test_redaction_hides_any_setting_named_for_a_secret() -> None:
+    assert redact("sasl.oauthbearer.client.secret=s3cr3t") == "sasl.oauthbearer.client.secret=***"
+    assert redact("--conf spark.hadoop.fs.s3a.secret.key=abc --conf x=1") == \
+        "--conf spark.hadoop.fs.s3a.secret.key=*** --conf x=1"
+    assert redact("no secret in this line") == "no secret in this line"
+
+
 def test_secrets_can_come_from_mounted_files(tmp_path: Path) -> None:
     dsn_file = tmp_path / "dsn"
     dsn_file.write_text("postgresql://u:from-file@db/app\n")
