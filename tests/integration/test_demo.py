@@ -21,6 +21,29 @@ DEMO_SECONDS = 15
 DEMO_TIMEOUT_S = 240
 SERVER_NAMES = {"postgres", "tansu"}
 EVENT_LINE = re.compile(r"^\s+(?P<op>[rcudt])\s+(?P<table>shop\.\w+)\s+key ", re.MULTILINE)
+BEGIN_LINE = re.compile(r"^BEGIN\s+xid=\d+\s+commit_lsn=(?P<lsn>\S+)$")
+END_LINE = re.compile(r"^END\s+xid=\d+\s+(?P<count>\d+) events?")
+IN_TRANSACTION = re.compile(r"^\s+(?:[cudt]|msg)\s.*\scommit_lsn=(?P<lsn>\S+) total_order=\d+$")
+
+
+def transactions_not_whole(output: str) -> list[str]:
+    """The transactions printed otherwise than whole: BEGIN, then every event its END counts (each
+    with the BEGIN's commit LSN), then END."""
+    wrong: list[str] = []
+    current: str | None = None
+    seen = 0
+    for line in output.splitlines():
+        if (begin := BEGIN_LINE.match(line)) is not None:
+            current, seen = begin["lsn"], 0
+        elif (event := IN_TRANSACTION.match(line)) is not None:
+            if event["lsn"] != current:
+                wrong.append(f"outside its transaction: {line.strip()}")
+            seen += 1
+        elif (end := END_LINE.match(line)) is not None:
+            if current is None or int(end["count"]) != seen:
+                wrong.append(f"{line.strip()} after {seen} events of BEGIN commit_lsn={current}")
+            current = None
+    return wrong
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
@@ -94,6 +117,7 @@ def test_demo_prints_decoded_changes_of_both_tables_and_leaves_nothing_running(t
     for table in ("shop.customers", "shop.orders"):
         assert {"r", "c", "u", "d"} <= ops[table], f"{table}: {sorted(ops[table])}\n{context}"
     assert re.search(r"^BEGIN\s+xid=\d+\s+commit_lsn=[0-9A-F]+/[0-9A-F]+$", output, re.MULTILINE), context
+    assert transactions_not_whole(output) == [], context
     assert re.search(r"^\s+msg\s+pgbridge-demo\s+'end of workload'", output, re.MULTILINE), context
     assert "events seen: shop.customers" in output.splitlines()[-1], context
     assert "elsewhere" not in output and "192.0.2.1" not in output + errors, context

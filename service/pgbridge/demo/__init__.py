@@ -66,8 +66,9 @@ SLOT: Final = "pgbridge_demo"
 PUBLICATION: Final = "pgbridge_demo"
 DATABASE: Final = "pgbridge_demo"
 
-# Topics are read from several partitions at once; an event is held this long so the lines of
-# one transaction (BEGIN, its changes, END) can be printed in commit order.
+# Topics are read from several partitions at once; an event is held at least this long, so events of
+# neighbouring transactions that arrive out of order are printed in commit order (a transaction's own
+# lines also wait for every event its END counts: reader.Printer).
 REORDER_WINDOW_S: Final = 0.4
 # Until every topic exists and has been read for a moment (the bridge creates each on first use,
 # and a newly assigned topic is read from its beginning), events are held up to this long instead.
@@ -207,7 +208,7 @@ class _Session:
             gc.collect()
             with contextlib.suppress(Exception):
                 reader.drain(idle=0.5, limit=3.0)
-            self.printer.release(older_than=0.0)
+            self.printer.release(older_than=0.0, everything=True)
             reader.close()
         if self.bridge.is_alive():
             warn(f"the bridge did not stop within {BRIDGE_JOIN_TIMEOUT_S:g}s")
