@@ -85,6 +85,18 @@ class KafkaConfig(_Section):
     tombstones_on_delete: bool = True
     topic_routes: list[TopicRoute] = Field(default_factory=list)  # first match wins
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _names_brokers(cls, value: str) -> str:
+        """At least one broker and no empty entry. An empty value (a shell variable that was not
+        set) would otherwise start a bridge that waits for no broker at all without saying so."""
+        entries = [entry.strip() for entry in value.split(",")]
+        if not any(entries):
+            raise ValueError("names no broker: give host:port, or several separated by commas")
+        if not all(entries):
+            raise ValueError(f"has an empty entry ({value!r}): give host:port, or several separated by commas")
+        return ",".join(entries)
+
     @field_validator("skipped_operations", mode="before")
     @classmethod
     def _split_operations(cls, value: Any) -> Any:

@@ -159,12 +159,17 @@ def _describe(error: ValidationError) -> str:
         elif item["type"] == "extra_forbidden":
             problems.append(f"unknown setting {path} (remove it; see the configuration table in README)")
         else:
-            problems.append(f"invalid setting {path}: {item['msg']}")
+            problems.append(f"invalid setting {path}: {_message(item['msg'])}")
     if missing:
         names = ", ".join(f"{'.'.join(leaf)} ({env_name(leaf)})" for leaf in missing)
         noun = "setting" if len(missing) == 1 else "settings"
         problems.insert(0, f"missing required {noun} {names}: set the variables or add them to the config file")
     return "; ".join(problems)
+
+
+def _message(text: str) -> str:
+    """A validator's own sentence without pydantic's "Value error, " in front of it."""
+    return text.removeprefix("Value error, ")
 
 
 FILE_SUFFIX: Final = "_FILE"

@@ -44,11 +44,19 @@ def test_tables_accept_a_comma_list() -> None:
     ({"PGBRIDGE_HTTP__PORT": "70000"}, "http.port"),
     ({"PGBRIDGE_POSTGRES__SLOT": "Bad-Slot"}, "postgres.slot"),
     ({"PGBRIDGE_BOGUS": "1"}, "PGBRIDGE_BOGUS"),
+    ({"PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": ""}, "kafka.bootstrap_servers: names no broker"),
+    ({"PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": " , "}, "kafka.bootstrap_servers: names no broker"),
+    ({"PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": "a:9092,,b:9092"}, "kafka.bootstrap_servers: has an empty entry"),
 ])
 def test_invalid_settings_name_the_field(extra: dict[str, str], fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(environ={**BASE, **extra})
     assert fragment in str(caught.value)
+
+
+def test_bootstrap_servers_are_taken_without_the_spaces_around_them() -> None:
+    settings = load_settings(environ={**BASE, "PGBRIDGE_KAFKA__BOOTSTRAP_SERVERS": " a:9092, b:9093 "})
+    assert settings.kafka.bootstrap_servers == "a:9092,b:9093"
 
 
 def test_unknown_yaml_key_is_an_error(tmp_path: Path) -> None:
