@@ -82,6 +82,16 @@ class InvariantError(FatalError):
     """The stream broke an ordering rule (nested BEGIN, change outside a transaction, LSN backwards)."""
 
 
+class PrivilegeError(FatalError):
+    """Postgres refused the role something pgbridge needs (a table's SELECT for a snapshot, a
+    function, a schema): retrying cannot grant it, ``pgbridge check`` names each missing grant."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"Postgres refused a privilege: {message}",
+                         hint="pgbridge check names every grant the role lacks with the GRANT that gives it; "
+                              "docs/deployment.md#least-privileges lists them all")
+
+
 class SlotError(FatalError):
     """The replication slot is missing, invalidated, in use or was recreated under us."""
 

@@ -27,7 +27,7 @@ from typing import Final
 import psycopg
 
 from pgbridge.config import Settings
-from pgbridge.errors import PublishError, SlotInUse, StopRequested, TransientError
+from pgbridge.errors import PrivilegeError, PublishError, SlotInUse, StopRequested, TransientError
 from pgbridge.health import Health
 from pgbridge.leader import LeaderLease, LeadershipLost
 from pgbridge.metrics import Metrics, reconnect_target
@@ -137,6 +137,9 @@ def run_forever(settings: Settings, metrics: Metrics, health: Health, stop: thre
             except PublishError:
                 session.stop_on_refused()
                 raise
+            except psycopg.errors.InsufficientPrivilege as exc:  # a missing GRANT, wherever it was needed
+                session.close()
+                raise PrivilegeError(str(exc).strip()) from exc
             except BaseException:
                 session.close()
                 raise

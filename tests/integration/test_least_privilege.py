@@ -24,7 +24,7 @@ from pgbridge.metrics import HEARTBEATS_TOTAL, LEADER, SLOT_RETAINED_WAL_BYTES
 from pgbridge.snapshot.incremental import emit_signal_sql
 from tests.support.bridge import BridgeProcess, bridge_env, read_events
 from tests.support.broker import Broker
-from tests.support.cli import check
+from tests.support.cli import check, pgbridge
 from tests.support.http import metric, scrape
 from tests.support.replay import diff_states, replay, table_state, wait_caught_up
 from tests.support.waiting import wait_until
@@ -199,3 +199,20 @@ def test_check_names_each_missing_grant(roles: Roles, kafka_broker: Broker, topi
         _run_as(roles.admin_dsn, [f"GRANT EXECUTE ON FUNCTION {f} TO PUBLIC" for f in emit])
     result = check(env)
     assert result.returncode == 0, result.stdout
+
+
+def test_run_without_a_tables_select_stops_with_one_line_that_points_to_check(
+        roles: Roles, kafka_broker: Broker, topic_prefix: str) -> None:
+    # given the documented grants but SELECT on shop.orders taken back
+    _grant_as_documented(roles)
+    _run_as(roles.owner_dsn, [f"REVOKE SELECT ON shop.orders FROM {roles.bridge}"])
+    env = bridge_env(roles.bridge_dsn, kafka_broker.bootstrap, topic_prefix)
+
+    # when pgbridge runs: the initial snapshot cannot read the table
+    result = pgbridge("run", env=env, timeout=120)
+
+    # then it stops at once (retrying cannot grant it), naming the table and where the fix is
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Postgres refused a privilege: permission denied for table orders"), last
+    assert "pgbridge check names every grant the role lacks" in last, last
