@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -41,6 +42,33 @@ _LOCK_KEY_SQL: Final = "hashtextextended(%s, 0)"
 
 class LeadershipLost(TransientError):
     """The advisory lock's session ended: stop streaming and stand by again."""
+
+
+STANDING_BY: Final = "standing by"
+UNREACHABLE: Final = "unreachable"
+# While Postgres stays unreachable, the poll's warning is repeated this often (each poll is not).
+UNREACHABLE_LOG_EVERY_S: Final = 30.0
+
+
+class PollLog:
+    """Which unsuccessful lock polls are logged: each change of outcome (standing by, Postgres
+    unreachable), and an outage again every ``UNREACHABLE_LOG_EVERY_S``, so an operator reading
+    the log during a long one sees it is still going on, not one line minutes ago."""
+
+    def __init__(self) -> None:
+        self.state: str | None = None
+        self.repeats = 0  # polls in a row with this outcome
+        self._logged_at = 0.0
+
+    def should_log(self, state: str, now: float) -> bool:
+        if state != self.state:
+            self.state, self.repeats, self._logged_at = state, 1, now
+            return True
+        self.repeats += 1
+        if state == UNREACHABLE and now - self._logged_at >= UNREACHABLE_LOG_EVERY_S:
+            self._logged_at = now
+            return True
+        return False
 
 
 class LeaderLease:
@@ -69,7 +97,7 @@ class LeaderLease:
         """Block until the lock is ours (True) or ``stop`` is set (False). ``waiting`` is told the
         outcome of each unsuccessful poll: ``None`` when another replica holds the lock (standing
         by), else why Postgres could not be asked (health.py tells the two apart)."""
-        waiting_logged = False
+        said = PollLog()
         while not stop.is_set():
             try:
                 if self._try_once():
@@ -80,16 +108,15 @@ class LeaderLease:
                     self._start_watcher()
                     log.info("leader lock acquired; this replica streams", extra={"slot": self._slot})
                     return True
-                if not waiting_logged:
+                if said.should_log(STANDING_BY, time.monotonic()):
                     log.info("standing by: another replica holds the leader lock",
                              extra={"slot": self._slot, "retry_s": self._retry_s})
-                    waiting_logged = True
                 if waiting is not None:
                     waiting(None)
             except SourceUnavailable as exc:
-                if not waiting_logged:
-                    log.warning("leader lock: Postgres unreachable", extra={"error": str(exc)})
-                    waiting_logged = True
+                if said.should_log(UNREACHABLE, time.monotonic()):
+                    log.warning("leader lock: Postgres unreachable; retrying",
+                                extra={"error": str(exc), "retry_s": self._retry_s, "attempts": said.repeats})
                 self._close()
                 if waiting is not None:
                     waiting(f"Postgres unreachable: {exc}")

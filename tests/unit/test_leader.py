@@ -9,7 +9,15 @@ from collections.abc import Iterable
 import pytest
 
 from pgbridge.errors import SourceUnavailable, TransientError
-from pgbridge.leader import LOCK_NAMESPACE, LeaderLease, LeadershipLost
+from pgbridge.leader import (
+    LOCK_NAMESPACE,
+    STANDING_BY,
+    UNREACHABLE,
+    UNREACHABLE_LOG_EVERY_S,
+    LeaderLease,
+    LeadershipLost,
+    PollLog,
+)
 from pgbridge.metrics import LEADER, Metrics
 
 
@@ -128,3 +136,25 @@ def test_waiting_is_told_standby_or_unreachable_for_each_unsuccessful_poll() -> 
     lease = ScriptedLease(Metrics(), [False, SourceUnavailable("refused"), False, True])
     assert lease.acquire(threading.Event(), waiting=told.append)
     assert told == [None, "Postgres unreachable: refused", None]
+
+
+def test_each_change_of_poll_outcome_is_logged_and_an_outage_again_every_30_s() -> None:
+    said = PollLog()
+    assert said.should_log(STANDING_BY, 0.0)  # a standby...
+    assert not said.should_log(STANDING_BY, 100.0)  # ...says so once
+    assert said.should_log(UNREACHABLE, 101.0)  # then loses Postgres: said at once
+    assert not said.should_log(UNREACHABLE, 101.0 + UNREACHABLE_LOG_EVERY_S - 1)
+    assert said.should_log(UNREACHABLE, 101.0 + UNREACHABLE_LOG_EVERY_S)  # still down: said again
+    assert said.repeats == 3
+    assert said.should_log(STANDING_BY, 200.0)  # back, standing by again
+    assert said.repeats == 1
+
+
+def test_a_standby_that_loses_postgres_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    lease = ScriptedLease(Metrics(), [False, SourceUnavailable("refused"), SourceUnavailable("refused"), True])
+    with caplog.at_level("INFO", logger="pgbridge.leader"):
+        assert lease.acquire(threading.Event())
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == ["standing by: another replica holds the leader lock",
+                        "leader lock: Postgres unreachable; retrying",
+                        "leader lock acquired; this replica streams"]
