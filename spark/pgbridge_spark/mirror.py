@@ -517,6 +517,7 @@ class MirrorJob:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO is every gateway call and connection
     config, args = parse_args(argv)
     submitted = bool(os.environ.get("SPARK_ENV_LOADED")) or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     master = args.master or (None if submitted else "local[2]")
