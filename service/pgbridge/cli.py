@@ -329,7 +329,7 @@ def _slot_drop(settings: Settings, *, yes: bool, timeout_s: float) -> int:
 
     pg = settings.postgres
     dsn = pg.dsn.get_secret_value()
-    pending = f"{pg.slot}_snapshot"[:63]
+    pending = slots.pending_slot(pg.slot)
     if not yes:
         if not sys.stdin.isatty():
             raise ConfigError(f"refusing to drop slot {pg.slot} without confirmation",

@@ -65,7 +65,6 @@ from pgbridge.snapshot.modes import (
     create_slot,
     initial_only_finished,
     open_slot,
-    pending_slot,
     prepare_topic,
 )
 from pgbridge.snapshot.progress import ProgressStore
@@ -286,7 +285,7 @@ class Session:
         try:
             tables = run_initial_snapshot(
                 dsn=pg.dsn.get_secret_value(), repl=conn.repl, sql_conn=conn.sql, slot=pg.slot,
-                pending=pending_slot(pg.slot), publication=pg.publication, config=self.settings.snapshot,
+                pending=slots.pending_slot(pg.slot), publication=pg.publication, config=self.settings.snapshot,
                 two_phase=pg.two_phase, progress=self.progress, records=records,
                 make_sink=make_sink,
                 metrics=self.metrics, stop=self.stop, connect_timeout_s=pg.connect_timeout_s,

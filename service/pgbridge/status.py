@@ -199,7 +199,7 @@ def gather(settings: Settings) -> Status:
     pg = settings.postgres
     with slots.connect_sql(pg.dsn.get_secret_value(), connect_timeout_s=pg.connect_timeout_s) as conn:
         slot = _slot_status(conn, pg.slot)
-        pending = slots.slot_info(conn, f"{pg.slot}_snapshot"[:63]) is not None
+        pending = slots.slot_info(conn, slots.pending_slot(pg.slot)) is not None
         leader = _leader(conn, pg.slot)
     progress = _progress_records(settings)
     if isinstance(progress, str):

@@ -114,16 +114,10 @@ def announce_tables(conn: psycopg.Connection[tuple[object, ...]], publication: s
     return topics
 
 
-def pending_slot(slot: str) -> str:
-    """The temporary slot an initial snapshot of ``slot`` reads through (snapshot/initial.py); it
-    becomes ``slot`` when the snapshot completes, so one still there was left by an interrupted one."""
-    return f"{slot}_snapshot"[:63]
-
-
 def drop_pending_slot(conn: SqlConn, slot: str) -> None:
     """Drop the pending snapshot slot of ``slot`` if there is one: once ``slot`` exists, or is
     created without a snapshot, no initial snapshot will resume through it."""
-    pending = pending_slot(slot)
+    pending = slots.pending_slot(slot)
     if slots.slot_info(conn, pending) is not None:
         slots.drop_slot(conn, pending)
 

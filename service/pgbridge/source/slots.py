@@ -44,6 +44,12 @@ class SlotInfo:
     two_phase: bool
 
 
+def pending_slot(slot: str) -> str:
+    """The slot an initial snapshot of ``slot`` reads through (snapshot/initial.py): it becomes
+    ``slot`` when the snapshot completes, so one still there was left by an interrupted one."""
+    return f"{slot}_snapshot"[:63]
+
+
 def slot_info(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotInfo | None:
     row = conn.execute(
         "SELECT slot_name, plugin, slot_type, database, active, active_pid,"
@@ -112,7 +118,7 @@ def drop_slot_on_stop(dsn: str, slot: str, *, connect_timeout_s: float) -> None:
     stop, so the server retains no WAL for a pipeline that is gone; logged either way."""
     with connect_sql(dsn, connect_timeout_s=connect_timeout_s) as conn:
         dropped = drop_slot(conn, slot, wait_s=DROP_ON_STOP_WAIT_S)
-        drop_slot(conn, f"{slot}_snapshot"[:63])
+        drop_slot(conn, pending_slot(slot))
     if dropped:
         log.warning("replication slot dropped on stop (postgres.drop_slot_on_stop): the next start takes a new "
                     "snapshot as snapshot.mode says", extra={"slot": slot})
