@@ -49,6 +49,10 @@ class MirrorConfig:
     table_format: str = "delta"  # delta | iceberg (formats.table_format)
 
     def __post_init__(self) -> None:
+        if not all(entry.strip() for entry in self.bootstrap_servers.split(",")):
+            # else Spark's Kafka source retries a client it cannot create, each time with a stack trace
+            raise ValueError("--bootstrap-servers must name a broker as host:port, several separated by commas, "
+                             f"not {self.bootstrap_servers!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
         if self.decoder not in DECODERS:

@@ -197,6 +197,16 @@ def test_parallel_tables_below_one_is_refused(capsys: pytest.CaptureFixture[str]
         "python -m pgbridge_spark.mirror: error: --parallel-tables must be at least 1, not 0")
 
 
+@pytest.mark.parametrize("servers", ["", " ", "k:9092,,k2:9092"])
+def test_bootstrap_servers_naming_no_broker_are_refused(servers: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--bootstrap-servers", servers, "--output", "o", "--checkpoint", "c"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m pgbridge_spark.mirror: error: --bootstrap-servers must name a broker as host:port, several "
+        f"separated by commas, not {servers!r}")
+
+
 def test_a_class_archive_is_mapped_when_there_and_written_at_exit_when_not(tmp_path: Path) -> None:
     archive = tmp_path / "a.jsa"
     assert class_archive_option(archive, []) == f"-XX:ArchiveClassesAtExit={archive}"
