@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from pgbridge.config.kafka import bootstrap_brokers
 from pgbridge_spark.kafka import StoreReader, schema_reader_options, topic_name
 
 MODES: Final = ("mirror", "changelog")
@@ -49,10 +50,11 @@ class MirrorConfig:
     table_format: str = "delta"  # delta | iceberg (formats.table_format)
 
     def __post_init__(self) -> None:
-        if not all(entry.strip() for entry in self.bootstrap_servers.split(",")):
-            # else Spark's Kafka source retries a client it cannot create, each time with a stack trace
+        try:  # else Spark's Kafka source retries a client it cannot create, each time with a stack trace
+            bootstrap_brokers(self.bootstrap_servers)
+        except ValueError:
             raise ValueError("--bootstrap-servers must name a broker as host:port, several separated by commas, "
-                             f"not {self.bootstrap_servers!r}")
+                             f"not {self.bootstrap_servers!r}") from None
         if self.mode not in MODES:
             raise ValueError(f"mode must be {' or '.join(MODES)}, not {self.mode!r}")
         if self.decoder not in DECODERS:

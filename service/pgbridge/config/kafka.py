@@ -33,6 +33,20 @@ DEFAULT_MAX_IN_FLIGHT_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_DELIVERY_TIMEOUT_MS: Final = 30_000
 
 
+def bootstrap_brokers(value: str) -> list[str]:
+    """The brokers of a bootstrap list (``host:port,host:port``), without the spaces around them;
+    ``ValueError`` for a list naming no broker or with an empty entry. An empty value (a shell
+    variable that was not set) would otherwise start a client that waits for no broker at all
+    without saying so. The bridge's ``kafka.bootstrap_servers`` and the Spark job's
+    ``--bootstrap-servers`` both go through it."""
+    entries = [entry.strip() for entry in value.split(",")]
+    if not any(entries):
+        raise ValueError("names no broker: give host:port, or several separated by commas")
+    if not all(entries):
+        raise ValueError(f"has an empty entry ({value!r}): give host:port, or several separated by commas")
+    return entries
+
+
 class TopicRoute(_Section):
     """One ``kafka.topic_routes`` entry (docs/routing.md): a table whose whole ``schema.table``
     matches ``match`` publishes to ``{prefix}.{topic}``, ``\\1``, ``\\2``... being the match's groups."""
@@ -88,14 +102,7 @@ class KafkaConfig(_Section):
     @field_validator("bootstrap_servers")
     @classmethod
     def _names_brokers(cls, value: str) -> str:
-        """At least one broker and no empty entry. An empty value (a shell variable that was not
-        set) would otherwise start a bridge that waits for no broker at all without saying so."""
-        entries = [entry.strip() for entry in value.split(",")]
-        if not any(entries):
-            raise ValueError("names no broker: give host:port, or several separated by commas")
-        if not all(entries):
-            raise ValueError(f"has an empty entry ({value!r}): give host:port, or several separated by commas")
-        return ",".join(entries)
+        return ",".join(bootstrap_brokers(value))
 
     @field_validator("skipped_operations", mode="before")
     @classmethod
