@@ -208,7 +208,7 @@ class _Session:
             gc.collect()
             with contextlib.suppress(Exception):
                 reader.drain(idle=0.5, limit=3.0)
-            self.printer.release(older_than=0.0, everything=True)
+            self.printer.flush()
             reader.close()
         if self.bridge.is_alive():
             warn(f"the bridge did not stop within {BRIDGE_JOIN_TIMEOUT_S:g}s")

@@ -40,6 +40,10 @@ SETTLE_AFTER_ASSIGN_S: Final = 1.5
 # A transaction still missing some of its END's events is printed anyway after this long (a table
 # the demo does not read, a record lost to a broker's quirk), so no line is held forever.
 INCOMPLETE_LIMIT_S: Final = 5.0
+# A line's place among those of one commit LSN (the sort key's second part): BEGIN, the events, END.
+BEGIN_RANK: Final = 0
+EVENT_RANK: Final = 1
+END_RANK: Final = 2
 
 
 # --- reading and printing -----------------------------------------------------------------------------
@@ -96,21 +100,26 @@ class Printer:
                 self._events_seen[transaction] += 1
         self._held.append(_Line((*sort_key, self._sequence), self._clock(), text, transaction))
 
-    def release(self, *, older_than: float, everything: bool = False) -> None:
+    def release(self, *, older_than: float) -> None:
         """Print, in commit order, the held lines up to the first that is not ready: received less
         than ``older_than`` seconds ago, or of a transaction still missing events its END counts
-        (for at most ``INCOMPLETE_LIMIT_S``). ``everything``: print all that is held (the end)."""
-        if not self._held:
-            return
+        (for at most ``INCOMPLETE_LIMIT_S``)."""
         now = self._clock()
+        self._print_while(lambda line: self._ready(line, now - line.received, older_than))
+
+    def flush(self) -> None:
+        """Print, in commit order, all that is held (the demo's end)."""
+        self._print_while(lambda line: True)
+
+    def _print_while(self, ready: Callable[[_Line], bool]) -> None:
         self._held.sort()
         printed = 0
         for line in self._held:
-            if not everything and not self._ready(line, now - line.received, older_than):
+            if not ready(line):
                 break
             say(line.text)
             printed += 1
-            if line.sort_key[1] == 2:  # an END: its transaction is done
+            if line.sort_key[1] == END_RANK:  # its transaction is done
                 self._forget_up_to(line.sort_key[0])
         del self._held[:printed]
 
@@ -131,12 +140,12 @@ class Printer:
     def _boundary(value: dict[str, Any]) -> tuple[tuple[int, int, int], str]:
         commit_lsn = int(value["commit_lsn"])
         if value["status"] == "BEGIN":
-            return (commit_lsn, 0, 0), f"BEGIN  xid={value['xid']}  commit_lsn={format_lsn(commit_lsn)}"
+            return (commit_lsn, BEGIN_RANK, 0), f"BEGIN  xid={value['xid']}  commit_lsn={format_lsn(commit_lsn)}"
         tables = ", ".join(f"{item['data_collection']} {item['event_count']}"
                            for item in value.get("data_collections") or [])
         detail = f" ({tables})" if tables else ""
         count = int(value["event_count"])
-        return ((commit_lsn, 2, 0),
+        return ((commit_lsn, END_RANK, 0),
                 f"END    xid={value['xid']}  {count} event{'' if count == 1 else 's'}{detail}")
 
     @staticmethod
@@ -146,10 +155,10 @@ class Printer:
         transaction = value.get("transaction")
         if value["transactional"] and transaction is not None:
             commit_lsn = int(value["commit_lsn"])
-            return ((commit_lsn, 1, int(transaction["total_order"])),
+            return ((commit_lsn, EVENT_RANK, int(transaction["total_order"])),
                     f"{head}  commit_lsn={format_lsn(commit_lsn)} total_order={transaction['total_order']}")
         lsn = int(value["lsn"])
-        return (lsn, 1, 0), f"{head}  non-transactional lsn={format_lsn(lsn)}"
+        return (lsn, EVENT_RANK, 0), f"{head}  non-transactional lsn={format_lsn(lsn)}"
 
     @staticmethod
     def _change(key: Any, value: dict[str, Any]) -> tuple[tuple[int, int, int], str]:
@@ -176,7 +185,7 @@ class Printer:
         else:
             total_order = int(transaction["total_order"])
             where = f"commit_lsn={format_lsn(commit_lsn)} total_order={total_order}"
-        return (commit_lsn, 1, total_order), f"  {op}   {table:<15} key {_summary(key):<10} {body}  {where}"
+        return (commit_lsn, EVENT_RANK, total_order), f"  {op}   {table:<15} key {_summary(key):<10} {body}  {where}"
 
     def summary(self, *, unresolved: int) -> str:
         parts = []
